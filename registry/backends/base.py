@@ -1,0 +1,511 @@
+"""What every backend shares: argument checks, the namespace, event and listener threads,
+and the watch mirror that turns raw notifications into exactly-once, in-order events.
+
+A backend subclasses :class:`BaseRegistry` and implements the ``_``-prefixed primitives on
+*stored* paths (namespace applied). Invariants kept here, so that they hold identically on
+every backend:
+
+- callers only ever see their own paths (the namespace is stripped from events and errors);
+- values are bytes of at most ``MAX_VALUE_BYTES``; transactions hold at most
+  ``MAX_TXN_OPS`` ops and ``MAX_TXN_BYTES`` of values, and write a path at most once;
+- each watch keeps the versions of the nodes it has reported, so a duplicate or stale
+  notification is dropped and a resynchronisation after a gap emits exactly the difference;
+- watch callbacks run in order on one event thread per client, listeners on another, so a
+  slow listener never stalls event delivery or the backend's own I/O thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import TypeVar
+
+from registry.errors import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RegistryError,
+    TransactionError,
+)
+from registry.paths import Namespace, is_below, validate_path
+from registry.protocol import (
+    Check,
+    Create,
+    Delete,
+    Event,
+    EventCallback,
+    EventKind,
+    ListenerCallback,
+    Node,
+    Op,
+    SessionState,
+    Set,
+    Watch,
+)
+from registry.url import RegistryURL
+
+__all__ = [
+    "MAX_TXN_BYTES",
+    "MAX_TXN_OPS",
+    "MAX_VALUE_BYTES",
+    "BaseRegistry",
+    "Dispatcher",
+    "TxnOpFailed",
+    "WatchRegistration",
+]
+
+log = logging.getLogger("registry")
+_T = TypeVar("_T")
+
+# One limit for every backend, inside the strictest server default (ZooKeeper's 1 MiB
+# request, etcd's 128 ops and 1.5 MiB request), so that the same call succeeds or fails
+# the same way everywhere.
+MAX_VALUE_BYTES = 1_000_000
+MAX_TXN_OPS = 128
+MAX_TXN_BYTES = 1_000_000
+
+
+class TxnOpFailed(Exception):
+    """Raised by a backend's ``_transaction``: op ``index`` failed for ``reason``.
+
+    ``reason`` is one of ``"exists"``, ``"no_node"``, ``"bad_version"``.
+    The base class turns it into a ``TransactionError`` naming the caller's op.
+    """
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"op {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+class Dispatcher:
+    """One daemon thread that runs submitted calls in order.
+
+    A call that raises is logged and the thread goes on; ``stop()`` drains nothing more.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+        self._queue.put(fn)
+
+    def in_dispatch_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:
+                log.exception("%s: callback raised; continuing", self._name)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything submitted so far has run (False on timeout)."""
+        if self._thread is None or self.in_dispatch_thread():
+            return True
+        done = threading.Event()
+        self.submit(done.set)
+        return done.wait(timeout)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            thread = self._thread
+        self._queue.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+@dataclass(eq=False)
+class WatchRegistration:
+    """A watch's backend-side state: its root (stored path) and the versions it reported."""
+
+    watch: Watch
+    root: str
+    callback: EventCallback
+    versions: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
+    backend_state: object = None
+
+    def covers(self, stored_path: str) -> bool:
+        return is_below(stored_path, self.root)
+
+
+class BaseRegistry(abc.ABC):
+    """Template for backends: public methods check and translate, primitives do the I/O."""
+
+    backend_name = "base"
+
+    def __init__(self, parsed: RegistryURL) -> None:
+        self._parsed = parsed
+        self._ns = Namespace(parsed.namespace)
+        tag = f"{self.backend_name}-{id(self):x}"
+        self._events = Dispatcher(f"registry-events-{tag}")
+        self._session_events = Dispatcher(f"registry-session-{tag}")
+        self._listeners: list[ListenerCallback] = []
+        self._listeners_lock = threading.Lock()
+        self._state = SessionState.CONNECTED
+        self._state_lock = threading.Lock()
+        self._watches: list[WatchRegistration] = []
+        self._watches_lock = threading.Lock()
+        self._closed = False
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self._parsed.masked()
+
+    @property
+    def session_timeout(self) -> float:
+        return self._parsed.session_timeout
+
+    @property
+    def connect_timeout(self) -> float:
+        return self._parsed.connect_timeout
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url} state={self._state.value}>"
+
+    # -- key-value --------------------------------------------------------------------
+    def get(self, path: str) -> bytes | None:
+        node = self.get_node(path)
+        return None if node is None else node.value
+
+    def get_node(self, path: str) -> Node | None:
+        return self._call(self._get_node, self._stored(path))
+
+    def exists(self, path: str) -> bool:
+        stored = self._stored(path)
+        if path == "/":
+            return True
+        return self._call(self._exists, stored)
+
+    def children(self, path: str) -> list[str]:
+        return sorted(self._call(self._children, self._stored(path)))
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
+        stored = self._stored_writable(path)
+        self._call(self._create, stored, _check_value(path, value), ephemeral)
+
+    def create_sequential(self, prefix: str, value: bytes = b"", *, ephemeral: bool = False) -> str:
+        stored = self._stored_writable(prefix)
+        created = self._call(self._create_sequential, stored, _check_value(prefix, value), ephemeral)
+        return self._ns.to_client(created)
+
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> None:
+        stored = self._stored_writable(path)
+        self._call(self._put, stored, _check_value(path, value), ephemeral)
+
+    def delete(self, path: str) -> None:
+        stored = self._stored_writable(path)
+        self._call(self._delete, stored)
+
+    def transaction(self, ops: Sequence[Op]) -> None:
+        ops = list(ops)
+        stored_ops = self._check_ops(ops)
+        if not stored_ops:
+            return
+        try:
+            self._call(self._transaction, stored_ops)
+        except TxnOpFailed as failed:
+            op = ops[failed.index]
+            cause: RegistryError
+            if failed.reason == "exists":
+                cause = NodeExistsError(op.path)
+            elif failed.reason == "no_node":
+                cause = NoNodeError(op.path)
+            else:
+                cause = BadVersionError(op.path, getattr(op, "version", None))
+            raise TransactionError.for_op(failed.index, op, cause) from None
+
+    # -- watches ----------------------------------------------------------------------
+    def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
+        stored = self._stored(path)
+        if not callable(callback):
+            raise ValueError("watch callback must be callable")
+        watch = Watch(path, self._cancel_watch)
+        registration = WatchRegistration(watch=watch, root=stored, callback=callback)
+        with self._watches_lock:
+            self._watches.append(registration)
+        try:
+            self._call(self._start_watch, registration, initial)
+        except BaseException:
+            with self._watches_lock:
+                self._watches.remove(registration)
+            raise
+        return watch
+
+    def _cancel_watch(self, watch: Watch) -> None:
+        with self._watches_lock:
+            found = [r for r in self._watches if r.watch is watch]
+            self._watches = [r for r in self._watches if r.watch is not watch]
+        for registration in found:
+            try:
+                self._stop_watch(registration)
+            except Exception:
+                log.debug("stopping watch %s failed", watch.path, exc_info=True)
+
+    def _active_watches(self) -> list[WatchRegistration]:
+        with self._watches_lock:
+            return list(self._watches)
+
+    def _notify(
+        self, registration: WatchRegistration, kind: EventKind, stored_path: str, node: Node | None
+    ) -> None:
+        """Report one raw change; duplicates and stale repeats are dropped here."""
+        if not registration.covers(stored_path):
+            return
+        with registration.lock:
+            known = registration.versions.get(stored_path)
+            if kind is EventKind.DELETED:
+                if known is None:
+                    return
+                del registration.versions[stored_path]
+                event = Event(EventKind.DELETED, self._ns.to_client(stored_path), None, None)
+            else:
+                assert node is not None
+                if known == node.version:
+                    return
+                registration.versions[stored_path] = node.version
+                real_kind = EventKind.CREATED if known is None else EventKind.UPDATED
+                event = Event(real_kind, self._ns.to_client(stored_path), node.value, node.version)
+            self._deliver(registration, [event])
+
+    def _resync(
+        self, registration: WatchRegistration, snapshot: Mapping[str, Node], *, emit: bool = True
+    ) -> None:
+        """Replace a watch's view by ``snapshot`` (stored paths), emitting the difference.
+
+        Used for the initial state (``emit`` as the caller asked) and after any gap in
+        notifications (reconnect, new session, compaction).
+        """
+        with registration.lock:
+            old = registration.versions
+            events: list[Event] = []
+            gone = sorted((p for p in old if p not in snapshot), key=lambda p: (-p.count("/"), p))
+            for stored_path in gone:
+                events.append(Event(EventKind.DELETED, self._ns.to_client(stored_path), None, None))
+            for stored_path in sorted(snapshot, key=lambda p: (p.count("/"), p)):
+                if not registration.covers(stored_path):
+                    continue
+                node = snapshot[stored_path]
+                known = old.get(stored_path)
+                if known == node.version:
+                    continue
+                kind = EventKind.CREATED if known is None else EventKind.UPDATED
+                events.append(Event(kind, self._ns.to_client(stored_path), node.value, node.version))
+            registration.versions = {p: n.version for p, n in snapshot.items() if registration.covers(p)}
+            if emit and events:
+                self._deliver(registration, events)
+
+    def _deliver(self, registration: WatchRegistration, events: list[Event]) -> None:
+        watch = registration.watch
+        callback = registration.callback
+
+        def run() -> None:
+            for event in events:
+                if not watch.active:
+                    return
+                try:
+                    callback(event)
+                except Exception:
+                    log.exception("watch callback for %s raised on %s; watch continues", watch.path, event)
+
+        self._events.submit(run)
+
+    def flush_events(self, timeout: float = 5.0) -> bool:
+        """Wait until every event notified so far has been delivered."""
+        return self._events.flush(timeout)
+
+    # -- session ----------------------------------------------------------------------
+    def add_listener(self, callback: ListenerCallback) -> None:
+        if not callable(callback):
+            raise ValueError("listener must be callable")
+        with self._listeners_lock:
+            self._listeners.append(callback)
+
+    def remove_listener(self, callback: ListenerCallback) -> None:
+        with self._listeners_lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+    def _set_state(self, state: SessionState) -> None:
+        """Record a session transition and tell listeners (on their own thread)."""
+        with self._state_lock:
+            if state is self._state and state is not SessionState.LOST:
+                return
+            self._state = state
+        log.info("registry %s: session %s", self.url, state.value)
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            self._session_events.submit(functools.partial(listener, state))
+
+    # -- locks ------------------------------------------------------------------------
+    def lock(self, path: str, timeout: float | None = None) -> AbstractContextManager[None]:
+        from registry.recipes.lock import Lock
+
+        validate_path(path)
+        if timeout is not None and timeout < 0:
+            raise ValueError(f"lock timeout must be >= 0 seconds, got {timeout!r}")
+        return Lock(self, path).hold(timeout)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for registration in self._active_watches():
+            registration.watch.cancel()
+        try:
+            self._close()
+        finally:
+            self._events.stop()
+            self._session_events.stop()
+
+    def __enter__(self) -> BaseRegistry:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- helpers for subclasses -------------------------------------------------------
+    def _stored(self, path: str) -> str:
+        if self._closed:
+            raise RegistryError(f"registry client {self.url} is closed")
+        return self._ns.to_server(path)
+
+    def _stored_writable(self, path: str) -> str:
+        stored = self._stored(path)
+        if path == "/":
+            raise ValueError("the root path '/' cannot be written or deleted")
+        return stored
+
+    def _client_path(self, stored: str) -> str:
+        return self._ns.to_client(stored)
+
+    def _call(self, fn: Callable[..., _T], *args: object) -> _T:
+        """Run a primitive, rewriting stored paths in node errors back to caller paths."""
+        try:
+            return fn(*args)
+        except (NodeExistsError, NoNodeError) as exc:
+            raise type(exc)(self._ns.to_client(exc.path)) from None
+        except BadVersionError as exc:
+            raise BadVersionError(self._ns.to_client(exc.path), exc.expected) from None
+
+    def _check_ops(self, ops: list[Op]) -> list[Op]:
+        if len(ops) > MAX_TXN_OPS:
+            raise TransactionError(
+                f"transaction has {len(ops)} ops; at most {MAX_TXN_OPS} are allowed on every backend"
+            )
+        stored_ops: list[Op] = []
+        written: dict[str, int] = {}
+        total = 0
+        for index, op in enumerate(ops):
+            if not isinstance(op, (Create, Set, Delete, Check)):
+                raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
+            if isinstance(op, Check):
+                stored_ops.append(replace(op, path=self._stored(op.path)))
+                continue
+            stored = self._stored_writable(op.path)
+            if op.path in written:
+                raise ValueError(
+                    f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"
+                )
+            written[op.path] = index
+            if isinstance(op, (Create, Set)):
+                total += len(_check_value(op.path, op.value))
+            stored_ops.append(replace(op, path=stored))
+        if total > MAX_TXN_BYTES:
+            raise TransactionError(
+                f"transaction carries {total} bytes of values; at most {MAX_TXN_BYTES} are allowed"
+            )
+        return stored_ops
+
+    # -- primitives (stored paths) ----------------------------------------------------
+    @abc.abstractmethod
+    def _get_node(self, path: str) -> Node | None: ...
+
+    def _exists(self, path: str) -> bool:
+        return self._get_node(path) is not None
+
+    @abc.abstractmethod
+    def _children(self, path: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def _create(self, path: str, value: bytes, ephemeral: bool) -> None: ...
+
+    @abc.abstractmethod
+    def _create_sequential(self, prefix: str, value: bytes, ephemeral: bool) -> str: ...
+
+    @abc.abstractmethod
+    def _put(self, path: str, value: bytes, ephemeral: bool) -> None: ...
+
+    @abc.abstractmethod
+    def _delete(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _transaction(self, ops: list[Op]) -> None:
+        """Apply ``ops`` atomically or raise ``TxnOpFailed`` naming the first failing op."""
+
+    @abc.abstractmethod
+    def _start_watch(self, registration: WatchRegistration, initial: bool) -> None:
+        """Establish the watch, then call ``_resync(registration, snapshot, emit=initial)``
+        with the nodes present at that moment, then ``_notify`` for every later change."""
+
+    @abc.abstractmethod
+    def _stop_watch(self, registration: WatchRegistration) -> None: ...
+
+    @abc.abstractmethod
+    def server_time(self) -> float: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+
+def _check_value(path: str, value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ValueError(f"value for {path!r} must be bytes, got {type(value).__name__}")
+    data = bytes(value)
+    if len(data) > MAX_VALUE_BYTES:
+        raise ValueError(
+            f"value for {path!r} is {len(data)} bytes; the limit is {MAX_VALUE_BYTES} on every backend"
+        )
+    return data

@@ -1,0 +1,462 @@
+"""``memory://`` — an in-process registry with real sessions, for the demo and fast tests.
+
+Every client in the process that names the same store shares it, each with its own
+session. It keeps the same semantics as the server backends (the contract suite runs on
+it unchanged), including the failures, so that code above can be tested against them:
+
+- ``MemoryStore.cut_link(name)`` / ``restore_link(name)`` sever the clients that connected
+  with ``?link=name`` (SUSPENDED; their session expires ``session_timeout`` later, as a
+  partitioned ZooKeeper or etcd client's would, and they learn it — LOST — on restore);
+- ``MemoryStore.outage()`` / ``recover()`` take the whole "server" down and back (sessions
+  survive, as they do across a ZooKeeper or etcd restart);
+- ``MemoryStore.expire(client)`` expires one session now.
+
+Invariants: one store lock orders every write, so versions (a store-wide revision) only
+grow and each watch sees the changes of a node in order; a disconnected client neither
+reads nor writes and receives nothing until it reconnects and resynchronises.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import cast
+
+from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration
+from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
+from registry.paths import ancestors, basename, is_below, parent
+from registry.protocol import Create, Delete, EventKind, Node, Op, SessionState, Set
+from registry.url import RegistryURL
+
+__all__ = ["MemoryRegistry", "MemoryStore"]
+
+
+@dataclass
+class _Entry:
+    value: bytes
+    version: int
+    session: int | None  # owning session for ephemerals
+
+    def node(self) -> Node:
+        return Node(self.value, self.version, self.session is not None)
+
+
+@dataclass(eq=False)
+class _Session:
+    id: int
+    timeout: float
+    ephemerals: set[str] = field(default_factory=set)
+    alive: bool = True
+    expires_at: float | None = None  # set while its client is cut off
+
+
+_ABSENT = object()
+
+
+class MemoryStore:
+    """A named in-process store; see the module docstring for fault injection."""
+
+    _stores: dict[str, MemoryStore] = {}
+    _stores_lock = threading.Lock()
+
+    @classmethod
+    def named(cls, name: str) -> MemoryStore:
+        with cls._stores_lock:
+            store = cls._stores.get(name)
+            if store is None:
+                store = cls._stores[name] = MemoryStore(name)
+            return store
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._nodes: dict[str, _Entry] = {}
+        self._kids: dict[str, set[str]] = {"/": set()}
+        self._revision = 0
+        self._sequences: dict[str, int] = {}
+        self._session_ids = itertools.count(1)
+        self._sessions: dict[int, _Session] = {}
+        self._clients: list[MemoryRegistry] = []
+        self._down = False
+        self._cut_links: set[str] = set()
+        self._reaper: threading.Thread | None = None
+
+    # -- fault injection ---------------------------------------------------------------
+    def cut_link(self, link: str) -> None:
+        """Sever every client connected with ``?link=<link>`` (and refuse new ones)."""
+        if not link:
+            raise ValueError("link name must not be empty")
+        with self._lock:
+            self._cut_links.add(link)
+        self._connectivity_changed()
+
+    def restore_link(self, link: str) -> None:
+        with self._lock:
+            self._cut_links.discard(link)
+        self._connectivity_changed()
+
+    def outage(self) -> None:
+        """Take the store down: every client is SUSPENDED; sessions do not expire meanwhile."""
+        with self._lock:
+            self._down = True
+        self._connectivity_changed()
+
+    def recover(self) -> None:
+        with self._lock:
+            self._down = False
+        self._connectivity_changed()
+
+    def expire(self, client: MemoryRegistry) -> None:
+        """Expire ``client``'s session now, as a server would after its timeout."""
+        with self._lock:
+            session = self._sessions.get(client._session_id)
+            if session is not None:
+                self._end_session(session)
+        client._connectivity_changed()
+
+    # -- sessions ----------------------------------------------------------------------
+    def reachable(self, link: str) -> bool:
+        return not self._down and link not in self._cut_links
+
+    def _open_session(self, client: MemoryRegistry, timeout: float) -> int:
+        with self._lock:
+            session = _Session(next(self._session_ids), timeout)
+            self._sessions[session.id] = session
+            if client not in self._clients:
+                self._clients.append(client)
+            return session.id
+
+    def _session_alive(self, session_id: int) -> bool:
+        with self._lock:
+            session = self._sessions.get(session_id)
+            return session is not None and session.alive
+
+    def _close_client(self, client: MemoryRegistry) -> None:
+        with self._lock:
+            session = self._sessions.get(client._session_id)
+            if session is not None:
+                self._end_session(session)
+            if client in self._clients:
+                self._clients.remove(client)
+
+    def _end_session(self, session: _Session) -> None:
+        session.alive = False
+        self._sessions.pop(session.id, None)
+        for path in sorted(session.ephemerals, key=lambda p: -p.count("/")):
+            if path in self._nodes:
+                self._remove_subtree(path)
+        session.ephemerals.clear()
+
+    def _connectivity_changed(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            clients = list(self._clients)
+            for client in clients:
+                session = self._sessions.get(client._session_id)
+                if session is None:
+                    continue
+                if self.reachable(client._link) or self._down:
+                    session.expires_at = None  # an outage does not expire sessions
+                elif session.expires_at is None:
+                    session.expires_at = now + session.timeout
+            self._ensure_reaper()
+            self._changed.notify_all()
+        for client in clients:
+            client._connectivity_changed()
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap, name=f"memory-reaper-{self.name}", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        """Expire the sessions of clients cut off longer than their timeout."""
+        with self._lock:
+            while True:
+                deadlines = [s.expires_at for s in self._sessions.values() if s.expires_at is not None]
+                if not deadlines:
+                    self._reaper = None
+                    return
+                now = time.monotonic()
+                for session in list(self._sessions.values()):
+                    if session.expires_at is not None and session.expires_at <= now:
+                        self._end_session(session)
+                pending = [s.expires_at for s in self._sessions.values() if s.expires_at is not None]
+                if pending:
+                    self._changed.wait(max(0.0, min(pending) - now))
+
+    def wait_reachable(self, link: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self.reachable(link):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    # -- data (callers hold no lock; every method takes the store lock) ----------------
+    def get(self, path: str) -> Node | None:
+        with self._lock:
+            entry = self._nodes.get(path)
+            return None if entry is None else entry.node()
+
+    def children(self, path: str) -> list[str]:
+        with self._lock:
+            return [basename(p) for p in self._kids.get(path, ())]
+
+    def snapshot(self, root: str) -> dict[str, Node]:
+        with self._lock:
+            return {p: e.node() for p, e in self._nodes.items() if is_below(p, root)}
+
+    def create(self, path: str, value: bytes, session_id: int | None) -> None:
+        with self._lock:
+            if path in self._nodes:
+                raise NodeExistsError(path)
+            self._require_session(session_id)
+            self._make_parents(path)
+            self._insert(path, value, session_id)
+
+    def create_sequential(self, prefix: str, value: bytes, session_id: int | None) -> str:
+        with self._lock:
+            owner = parent(prefix)
+            number = self._sequences.get(owner, 0)
+            self._sequences[owner] = number + 1
+            path = f"{prefix}{number:010d}"
+            self.create(path, value, session_id)
+            return path
+
+    def put(self, path: str, value: bytes, session_id: int | None) -> None:
+        with self._lock:
+            entry = self._nodes.get(path)
+            if entry is None:
+                self._require_session(session_id)
+                self._make_parents(path)
+                self._insert(path, value, session_id)
+            else:
+                self._update(path, entry, value)
+
+    def delete(self, path: str) -> None:
+        with self._lock:
+            if path in self._nodes:
+                self._remove_subtree(path)
+
+    def transaction(self, ops: list[Op], session_id: int | None) -> None:
+        with self._lock:
+            if any(isinstance(op, Create) and op.ephemeral for op in ops):
+                self._require_session(session_id)
+            staged: dict[str, object] = {}  # path -> _Entry-like tuple or _ABSENT
+
+            def current(path: str) -> object:
+                if path in staged:
+                    return staged[path]
+                return self._nodes.get(path, _ABSENT)
+
+            def below(path: str) -> list[str]:
+                found = [p for p in self._subtree(path) if current(p) is not _ABSENT]
+                found += [p for p, v in staged.items() if v is not _ABSENT and is_below(p, path)]
+                return sorted(set(found))
+
+            for index, op in enumerate(ops):
+                node = current(op.path)
+                if isinstance(op, Create):
+                    if node is not _ABSENT:
+                        raise TxnOpFailed(index, "exists")
+                    for ancestor in ancestors(op.path):
+                        if current(ancestor) is _ABSENT:
+                            staged[ancestor] = (b"", None)
+                    staged[op.path] = (op.value, session_id if op.ephemeral else None)
+                    continue
+                if node is _ABSENT:
+                    raise TxnOpFailed(index, "no_node")
+                if op.version is not None and _version_of(node) != op.version:
+                    raise TxnOpFailed(index, "bad_version")
+                if isinstance(op, Set):
+                    staged[op.path] = (op.value, _session_of(node))
+                elif isinstance(op, Delete):
+                    for path in below(op.path):
+                        staged[path] = _ABSENT
+            # every op holds: apply in op order, parents before children
+            for op in ops:
+                if isinstance(op, Create):
+                    self._make_parents(op.path)
+                    staged_value, staged_owner = cast("tuple[bytes, int | None]", staged[op.path])
+                    self._insert(op.path, staged_value, staged_owner)
+                elif isinstance(op, Set):
+                    self._update(op.path, self._nodes[op.path], op.value)
+                elif isinstance(op, Delete) and op.path in self._nodes:
+                    self._remove_subtree(op.path)
+
+    # -- internals (store lock held) ---------------------------------------------------
+    def _subtree(self, path: str) -> Iterator[str]:
+        yield path
+        for child in list(self._kids.get(path, ())):
+            yield from self._subtree(child)
+
+    def _make_parents(self, path: str) -> None:
+        for ancestor in ancestors(path):
+            if ancestor not in self._nodes:
+                self._insert(ancestor, b"", None)
+
+    def _next_version(self) -> int:
+        self._revision += 1
+        return self._revision
+
+    def _require_session(self, session_id: int | None) -> None:
+        """An ephemeral write by an expired session fails, as on a server."""
+        if session_id is not None and session_id not in self._sessions:
+            raise SessionLostError(f"session {session_id} of memory store {self.name!r} expired")
+
+    def _insert(self, path: str, value: bytes, session_id: int | None) -> None:
+        session = self._sessions.get(session_id) if session_id is not None else None
+        entry = _Entry(value, self._next_version(), session.id if session else None)
+        self._nodes[path] = entry
+        self._kids.setdefault(path, set())
+        self._kids.setdefault(parent(path), set()).add(path)
+        if session is not None:
+            session.ephemerals.add(path)
+        self._broadcast(EventKind.CREATED, path, entry.node())
+
+    def _update(self, path: str, entry: _Entry, value: bytes) -> None:
+        entry.value = value
+        entry.version = self._next_version()
+        self._broadcast(EventKind.UPDATED, path, entry.node())
+
+    def _remove_subtree(self, path: str) -> None:
+        for child in sorted(self._kids.get(path, ())):
+            self._remove_subtree(child)
+        entry = self._nodes.pop(path, None)
+        self._kids.pop(path, None)
+        self._kids.get(parent(path), set()).discard(path)
+        if entry is None:
+            return
+        if entry.session is not None and entry.session in self._sessions:
+            self._sessions[entry.session].ephemerals.discard(path)
+        self._broadcast(EventKind.DELETED, path, None)
+
+    def _broadcast(self, kind: EventKind, path: str, node: Node | None) -> None:
+        for client in self._clients:
+            if self.reachable(client._link):
+                client._store_changed(kind, path, node)
+
+
+def _version_of(staged_or_entry: object) -> int | None:
+    if isinstance(staged_or_entry, _Entry):
+        return staged_or_entry.version
+    return None  # created earlier in the same transaction: no version yet
+
+
+def _session_of(staged_or_entry: object) -> int | None:
+    if isinstance(staged_or_entry, _Entry):
+        return staged_or_entry.session
+    return staged_or_entry[1]  # type: ignore[index,no-any-return]
+
+
+class MemoryRegistry(BaseRegistry):
+    """A client of a :class:`MemoryStore` with its own session."""
+
+    backend_name = "memory"
+
+    def __init__(self, parsed: RegistryURL) -> None:
+        super().__init__(parsed)
+        self.store = MemoryStore.named(parsed.store)
+        self._link = parsed.link
+        self._connected = True
+        self._transition_lock = threading.Lock()
+        if not self.store.wait_reachable(self._link, parsed.connect_timeout):
+            self._events.stop()
+            self._session_events.stop()
+            raise RegistryConnectionError(
+                f"memory store {parsed.store!r} unreachable within {parsed.connect_timeout:g}s"
+            )
+        self._session_id = self.store._open_session(self, parsed.session_timeout)
+
+    # -- connectivity ------------------------------------------------------------------
+    def _connectivity_changed(self) -> None:
+        """Re-evaluate the link; report SUSPENDED / RECONNECTED / LOST+CONNECTED."""
+        if self._closed:
+            return
+        with self._transition_lock:
+            reachable = self.store.reachable(self._link)
+            alive = self.store._session_alive(self._session_id)
+            if not reachable:
+                if self._connected:
+                    self._connected = False
+                    self._set_state(SessionState.SUSPENDED)
+                return
+            if alive and self._connected:
+                return
+            if alive:
+                self._connected = True
+                self._set_state(SessionState.RECONNECTED)
+            else:
+                self._set_state(SessionState.LOST)
+                self._session_id = self.store._open_session(self, self.session_timeout)
+                self._connected = True
+                self._set_state(SessionState.CONNECTED)
+        for registration in self._active_watches():
+            self._resync(registration, self.store.snapshot(registration.root))
+
+    def _online(self) -> None:
+        """Wait (up to connect_timeout) for the link, as a real client waits to reconnect."""
+        if not self.store.wait_reachable(self._link, self.connect_timeout):
+            raise RegistryConnectionError(
+                f"memory store {self.store.name!r} unreachable (link {self._link!r} cut or store down)"
+            )
+
+    def _owner(self, ephemeral: bool) -> int | None:
+        return self._session_id if ephemeral else None
+
+    # -- primitives --------------------------------------------------------------------
+    def _get_node(self, path: str) -> Node | None:
+        self._online()
+        return self.store.get(path)
+
+    def _children(self, path: str) -> list[str]:
+        self._online()
+        return self.store.children(path)
+
+    def _create(self, path: str, value: bytes, ephemeral: bool) -> None:
+        self._online()
+        self.store.create(path, value, self._owner(ephemeral))
+
+    def _create_sequential(self, prefix: str, value: bytes, ephemeral: bool) -> str:
+        self._online()
+        return self.store.create_sequential(prefix, value, self._owner(ephemeral))
+
+    def _put(self, path: str, value: bytes, ephemeral: bool) -> None:
+        self._online()
+        self.store.put(path, value, self._owner(ephemeral))
+
+    def _delete(self, path: str) -> None:
+        self._online()
+        self.store.delete(path)
+
+    def _transaction(self, ops: list[Op]) -> None:
+        self._online()
+        self.store.transaction(ops, self._session_id)
+
+    def _start_watch(self, registration: WatchRegistration, initial: bool) -> None:
+        self._online()
+        # the store lock orders the snapshot before any later change notification
+        with self.store._lock:
+            self._resync(registration, self.store.snapshot(registration.root), emit=initial)
+
+    def _stop_watch(self, registration: WatchRegistration) -> None:
+        """Nothing to release: cancelled watches are no longer in ``_active_watches``."""
+
+    def _store_changed(self, kind: EventKind, path: str, node: Node | None) -> None:
+        for registration in self._active_watches():
+            if registration.covers(path):
+                self._notify(registration, kind, path, node)
+
+    def server_time(self) -> float:
+        self._online()
+        return time.time()
+
+    def _close(self) -> None:
+        self.store._close_client(self)

@@ -1,0 +1,86 @@
+"""Path rules shared by every backend.
+
+Invariant: a path that reaches a backend is absolute, has no trailing slash and no empty
+segment; the namespace is a prefix applied and removed here, so callers never see it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Namespace", "ancestors", "basename", "join", "parent", "validate_path"]
+
+_FORBIDDEN_SEGMENTS = {".", ".."}
+
+
+def validate_path(path: object) -> str:
+    """Return ``path`` unchanged if it is a valid registry path, else raise ``ValueError``."""
+    if not isinstance(path, str):
+        raise ValueError(f"registry path must be a str, got {type(path).__name__}")
+    if not path.startswith("/"):
+        raise ValueError(f"registry path must be absolute (start with '/'): {path!r}")
+    if path == "/":
+        return path
+    if path.endswith("/"):
+        raise ValueError(f"registry path must not end with '/': {path!r}")
+    for segment in path[1:].split("/"):
+        if not segment:
+            raise ValueError(f"registry path has an empty segment: {path!r}")
+        if segment in _FORBIDDEN_SEGMENTS:
+            raise ValueError(f"registry path has a relative segment {segment!r}: {path!r}")
+    if "\x00" in path:
+        raise ValueError(f"registry path contains a NUL character: {path!r}")
+    return path
+
+
+def join(base: str, *names: str) -> str:
+    """Join a validated base path with child names."""
+    out = base.rstrip("/")
+    for name in names:
+        out = f"{out}/{name}"
+    return out or "/"
+
+
+def parent(path: str) -> str:
+    head, _, _ = path.rpartition("/")
+    return head or "/"
+
+
+def basename(path: str) -> str:
+    return path.rpartition("/")[2]
+
+
+def ancestors(path: str) -> list[str]:
+    """Proper ancestors of ``path``, root excluded, outermost first: /a/b/c -> [/a, /a/b]."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def is_below(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies under it."""
+    return root == "/" or path == root or path.startswith(root + "/")
+
+
+class Namespace:
+    """Maps caller paths to stored paths and back (a chroot)."""
+
+    def __init__(self, prefix: str = "") -> None:
+        if prefix:
+            validate_path(prefix)
+            if prefix == "/":
+                prefix = ""
+        self.prefix = prefix
+
+    def to_server(self, path: str) -> str:
+        validate_path(path)
+        if not self.prefix:
+            return path
+        return self.prefix if path == "/" else self.prefix + path
+
+    def to_client(self, stored: str) -> str:
+        if not self.prefix:
+            return stored
+        if stored == self.prefix:
+            return "/"
+        return stored[len(self.prefix) :]
+
+    def __repr__(self) -> str:
+        return f"Namespace({self.prefix!r})"

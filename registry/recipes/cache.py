@@ -1,0 +1,117 @@
+"""A local copy of a subtree, kept current by ONE watch (what Curator's TreeCache is to
+ElasticJob): steady-state reads cost no registry round trip.
+
+Invariant: after ``start()`` returns, the cache holds at least the state of the subtree at
+that moment, and it then applies every change in the order the watch delivers it (the
+watch itself resynchronises after reconnects and new sessions). Readers therefore see a
+state that the registry really had, possibly a little behind it — code that must not act
+on a stale view re-checks inside a transaction (versions, ``Check``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from registry.errors import RegistryError
+from registry.paths import basename, is_below, parent, validate_path
+from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
+
+__all__ = ["TreeCache"]
+
+ChangeListener = Callable[[Event], None]
+
+
+class TreeCache:
+    """Mirror of ``path`` and everything below it."""
+
+    def __init__(self, reg: RegistryCenter, path: str) -> None:
+        self._reg = reg
+        self._root = validate_path(path)
+        self._nodes: dict[str, Node] = {}
+        self._kids: dict[str, set[str]] = {}
+        self._changed = threading.Condition()
+        self._listeners: list[ChangeListener] = []
+        self._watch: Watch | None = None
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    def start(self, timeout: float = 10.0) -> TreeCache:
+        """Load the subtree and follow it; returns once the initial state is loaded."""
+        if self._watch is not None:
+            return self
+        self._watch = self._reg.watch(self._root, self._apply, initial=True)
+        if not self._reg.flush_events(timeout):
+            self.close()
+            raise RegistryError(f"cache of {self._root}: initial load not delivered within {timeout:g}s")
+        return self
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Called (on the registry's event thread) after each change is applied."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ChangeListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    # -- reads (no round trip) -----------------------------------------------------------
+    def get(self, path: str) -> bytes | None:
+        node = self.get_node(path)
+        return None if node is None else node.value
+
+    def get_node(self, path: str) -> Node | None:
+        self._check(path)
+        with self._changed:
+            return self._nodes.get(path)
+
+    def exists(self, path: str) -> bool:
+        return self.get_node(path) is not None
+
+    def children(self, path: str) -> list[str]:
+        self._check(path)
+        with self._changed:
+            return sorted(basename(p) for p in self._kids.get(path, ()))
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Wait for ``predicate`` (evaluated under the cache lock) to hold, woken by changes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while not predicate():
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    # -- maintenance -----------------------------------------------------------------------
+    def _check(self, path: str) -> None:
+        validate_path(path)
+        if not is_below(path, self._root):
+            raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
+
+    def _apply(self, event: Event) -> None:
+        with self._changed:
+            if event.kind is EventKind.DELETED:
+                self._nodes.pop(event.path, None)
+                self._kids.pop(event.path, None)
+                if event.path != self._root:
+                    self._kids.get(parent(event.path), set()).discard(event.path)
+            else:
+                assert event.value is not None
+                self._nodes[event.path] = Node(
+                    event.value, event.version if event.version is not None else -1
+                )
+                self._kids.setdefault(event.path, set())
+                if event.path != self._root:
+                    self._kids.setdefault(parent(event.path), set()).add(event.path)
+            self._changed.notify_all()
+        for listener in list(self._listeners):
+            listener(event)

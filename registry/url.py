@@ -1,0 +1,199 @@
+"""Registry URL grammar: ``zk://``, ``zookeeper://``, ``etcd://``, ``memory://``.
+
+Invariant: a malformed URL, unknown scheme or option, or bad value raises ``ValueError``
+naming the part that is wrong; the password never appears in a repr or an error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote
+
+from registry.paths import validate_path
+
+__all__ = ["SCHEMES", "RegistryURL", "parse_url"]
+
+SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "memory": "memory"}
+
+_COMMON_OPTIONS = {"session_timeout": 10.0, "connect_timeout": 5.0}
+_ETCD_TLS_OPTIONS = ("ca_cert", "cert_key", "cert_cert")
+_HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
+_STORE_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
+_DEFAULT_PORTS = {"zookeeper": 2181, "etcd": 2379}
+
+
+@dataclass(frozen=True)
+class RegistryURL:
+    """A parsed registry URL. ``password`` is excluded from repr and comparisons."""
+
+    backend: str  # "zookeeper" | "etcd" | "memory"
+    hosts: tuple[tuple[str, int], ...]
+    namespace: str  # "" or an absolute path
+    session_timeout: float
+    connect_timeout: float
+    user: str | None = None
+    password: str | None = field(default=None, repr=False, compare=False)
+    store: str = ""  # memory only
+    link: str = ""  # memory only: a named link that tests can cut (see MemoryStore)
+    ca_cert: str | None = None
+    cert_key: str | None = None
+    cert_cert: str | None = None
+
+    def masked(self) -> str:
+        """The URL as text with the password replaced by ``***``."""
+        scheme = {"zookeeper": "zk"}.get(self.backend, self.backend)
+        if self.backend == "memory":
+            query = f"?link={self.link}" if self.link else ""
+            return f"memory://{self.store}{self.namespace}{query}"
+        auth = ""
+        if self.user is not None:
+            auth = f"{self.user}:***@" if self.password is not None else f"{self.user}@"
+        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
+        opts = [f"session_timeout={self.session_timeout:g}", f"connect_timeout={self.connect_timeout:g}"]
+        for name in _ETCD_TLS_OPTIONS:
+            value = getattr(self, name)
+            if value is not None:
+                opts.append(f"{name}={value}")
+        return f"{scheme}://{auth}{hosts}{self.namespace}?{'&'.join(opts)}"
+
+    def __str__(self) -> str:
+        return self.masked()
+
+
+def _positive_seconds(name: str, raw: object) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"registry URL option {name!r} must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"registry URL option {name!r} must be > 0 seconds, got {raw!r}")
+    return value
+
+
+def _split_hosts(backend: str, netloc: str) -> tuple[tuple[str, int], ...]:
+    if not netloc:
+        raise ValueError(f"registry URL for {backend} names no host")
+    hosts: list[tuple[str, int]] = []
+    for part in netloc.split(","):
+        match = _HOST_RE.match(part)
+        if not match:
+            raise ValueError(f"registry URL has a malformed host {part!r}")
+        host = match.group("v6") or match.group("host")
+        raw_port = match.group("port")
+        if raw_port is None:
+            port = _DEFAULT_PORTS[backend]
+        else:
+            if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
+                raise ValueError(f"registry URL has a bad port {raw_port!r} in host {part!r}")
+            port = int(raw_port)
+        hosts.append((host, port))
+    return tuple(hosts)
+
+
+def parse_url(url: str, **overrides: object) -> RegistryURL:
+    """Parse ``url``; keyword ``overrides`` take precedence over its query options."""
+    if not isinstance(url, str):
+        raise ValueError(f"registry URL must be a str, got {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError("registry URL has no scheme (expected zk://, etcd:// or memory://)")
+    scheme_l = scheme.lower()
+    if scheme_l not in SCHEMES:
+        raise ValueError(
+            f"registry URL has an unknown scheme {scheme!r}; known: {', '.join(sorted(SCHEMES))}"
+        )
+    backend = SCHEMES[scheme_l]
+    rest, _, fragment = rest.partition("#")
+    if fragment:
+        raise ValueError("registry URL must not have a fragment ('#...')")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    namespace = "/" + path if slash else ""
+    if namespace == "/":
+        namespace = ""
+    if namespace:
+        try:
+            validate_path(unquote(namespace))
+        except ValueError as exc:
+            raise ValueError(f"registry URL has a bad namespace: {exc}") from None
+        namespace = unquote(namespace)
+
+    options: dict[str, object] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if key in options:
+            raise ValueError(f"registry URL repeats option {key!r}")
+        options[key] = value
+    if query and not options:
+        raise ValueError(f"registry URL has a malformed query {query.split('&')[0]!r}")
+    options.update(overrides)
+
+    allowed = set(_COMMON_OPTIONS)
+    if backend == "etcd":
+        allowed.update(_ETCD_TLS_OPTIONS)
+    if backend == "memory":
+        allowed.add("link")
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown registry option {unknown[0]!r} for {backend}; known: {', '.join(sorted(allowed))}"
+        )
+    session_timeout = _positive_seconds(
+        "session_timeout", options.get("session_timeout", _COMMON_OPTIONS["session_timeout"])
+    )
+    connect_timeout = _positive_seconds(
+        "connect_timeout", options.get("connect_timeout", _COMMON_OPTIONS["connect_timeout"])
+    )
+    tls: dict[str, str | None] = {}
+    for name in _ETCD_TLS_OPTIONS:
+        raw = options.get(name)
+        if raw is not None and (not isinstance(raw, str) or not raw):
+            raise ValueError(f"registry URL option {name!r} must be a file path")
+        tls[name] = raw
+    if (tls["cert_key"] is None) != (tls["cert_cert"] is None):
+        raise ValueError("registry URL options 'cert_key' and 'cert_cert' must be given together")
+
+    if backend == "memory":
+        if "@" in netloc:
+            raise ValueError("memory:// URLs take no user or password")
+        if not _STORE_RE.match(netloc):
+            raise ValueError(f"memory:// store name {netloc!r} may hold only letters, digits, '_', '.', '-'")
+        link = options.get("link", "")
+        if not isinstance(link, str) or not _STORE_RE.match(link):
+            raise ValueError(
+                f"memory:// option 'link' must be a name of letters, digits, '_', '.', '-', got {link!r}"
+            )
+        return RegistryURL(
+            backend=backend,
+            hosts=(),
+            link=link,
+            namespace=namespace,
+            session_timeout=session_timeout,
+            connect_timeout=connect_timeout,
+            store=netloc,
+        )
+
+    user: str | None = None
+    password: str | None = None
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        raw_user, colon, raw_password = userinfo.partition(":")
+        if not raw_user:
+            raise ValueError("registry URL has an empty user name before '@'")
+        user = unquote(raw_user)
+        password = unquote(raw_password) if colon else None
+        if password is None or password == "":
+            raise ValueError(f"registry URL gives user {user!r} without a password")
+    return RegistryURL(
+        backend=backend,
+        hosts=_split_hosts(backend, netloc),
+        namespace=namespace,
+        session_timeout=session_timeout,
+        connect_timeout=connect_timeout,
+        user=user,
+        password=password,
+        ca_cert=tls["ca_cert"],
+        cert_key=tls["cert_key"],
+        cert_cert=tls["cert_cert"],
+    )
