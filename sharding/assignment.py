@@ -1,0 +1,163 @@
+"""The assignment of a job's items to instances: ONE registry node, JSON, with an epoch.
+
+ElasticJob writes one ``sharding/{i}/instance`` node per item in one multi-op, which breaks
+etcd's 128-op limit past ~60 items; here the whole assignment is one value (items as
+ranges, so 10,000 items over 200 instances stay a few kilobytes), written in one
+transaction whatever the counts.
+
+Invariants: an assignment covers each item exactly once (checked on encode and decode);
+``epoch`` only grows; a node that does not decode raises :class:`CorruptNodeError`
+naming the path and the fault, never a bare exception.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["Assignment", "AssignmentState", "CorruptNodeError", "decode_items", "encode_items"]
+
+
+class CorruptNodeError(ValueError):
+    """A node in the registry holds a value this version cannot read."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"corrupt registry node {path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class AssignmentState(enum.Enum):
+    READY = "ready"
+    #: the leader is resharding: no new run may start until the next READY epoch
+    RESHARDING = "resharding"
+
+
+def encode_items(items: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``."""
+    ordered = sorted(set(items))
+    parts: list[str] = []
+    start = prev = None
+    for item in ordered:
+        if start is None:
+            start = prev = item
+        elif item == prev + 1:  # type: ignore[operator]
+            prev = item
+        else:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = prev = item
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def decode_items(text: str) -> list[int]:
+    """Inverse of :func:`encode_items`; ``ValueError`` on anything else."""
+    if not isinstance(text, str):
+        raise ValueError(f"items must be a string of ranges, got {type(text).__name__}")
+    items: list[int] = []
+    if not text:
+        return items
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"bad item range {part!r}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"bad item range {part!r}")
+        items.extend(range(first, last + 1))
+    return items
+
+
+@dataclass(frozen=True)
+class Assignment:
+    epoch: int
+    state: AssignmentState
+    total: int
+    items: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    strategy: str = ""
+    leader: str = ""
+
+    def items_of(self, instance_id: str) -> tuple[int, ...]:
+        return self.items.get(instance_id, ())
+
+    @property
+    def instances(self) -> list[str]:
+        return sorted(self.items, reverse=True)
+
+    def owner_of(self, item: int) -> str | None:
+        for instance, items in self.items.items():
+            if item in items:
+                return instance
+        return None
+
+    def with_state(self, state: AssignmentState, leader: str) -> Assignment:
+        return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader)
+
+    def as_lists(self) -> dict[str, list[int]]:
+        return {instance: list(items) for instance, items in self.items.items()}
+
+    def encode(self) -> bytes:
+        _check_cover(self.items, self.total, "assignment")
+        return json.dumps(
+            {
+                "epoch": self.epoch,
+                "state": self.state.value,
+                "total": self.total,
+                "strategy": self.strategy,
+                "leader": self.leader,
+                "items": {instance: encode_items(items) for instance, items in sorted(self.items.items())},
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes) -> Assignment:
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptNodeError(path, f"not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise CorruptNodeError(path, "not a JSON object")
+        try:
+            epoch = doc["epoch"]
+            total = doc["total"]
+            if not isinstance(epoch, int) or epoch < 0 or not isinstance(total, int) or total < 0:
+                raise ValueError("epoch and total must be ints >= 0")
+            state = AssignmentState(doc["state"])
+            raw_items = doc["items"]
+            if not isinstance(raw_items, dict):
+                raise ValueError("items must be an object")
+            items = {str(k): tuple(decode_items(v)) for k, v in raw_items.items()}
+            _check_cover(items, total, "assignment")
+            return cls(
+                epoch=epoch,
+                state=state,
+                total=total,
+                items=items,
+                strategy=str(doc.get("strategy", "")),
+                leader=str(doc.get("leader", "")),
+            )
+        except (KeyError, ValueError, TypeError) as exc:
+            raise CorruptNodeError(
+                path, str(exc) if not isinstance(exc, KeyError) else f"missing {exc}"
+            ) from None
+
+
+def _check_cover(items: Mapping[str, Sequence[int]], total: int, what: str) -> None:
+    """Each item 0..total-1 exactly once (an assignment with no instances covers nothing)."""
+    if not items:
+        return
+    seen: set[int] = set()
+    for instance, owned in items.items():
+        for item in owned:
+            if not 0 <= item < total:
+                raise ValueError(f"{what} gives {instance!r} item {item} outside 0..{total - 1}")
+            if item in seen:
+                raise ValueError(f"{what} gives item {item} twice")
+            seen.add(item)
+    if len(seen) != total:
+        raise ValueError(f"{what} leaves {total - len(seen)} item(s) unassigned")

@@ -1,0 +1,100 @@
+"""Where a job's state lives in the registry — every path in one place.
+
+Documented node by node in ``docs/registry-layout.md``. Invariant: the per-job node count
+is O(instances + servers), never O(items): the assignment, the disabled items and each
+instance's running mark are one node each, whatever the item count.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from registry.paths import join
+
+__all__ = ["JobPaths", "validate_job_name"]
+
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.\-:\u0080-\U0010ffff]+$")
+
+
+def validate_job_name(name: object) -> str:
+    """A job name is one registry path segment: no '/', not '.' or '..', not empty."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"job name must be a non-empty str, got {name!r}")
+    if name in {".", ".."} or not _JOB_NAME.match(name):
+        raise ValueError(
+            f"job name {name!r} may hold letters, digits, '_', '.', '-', ':' and non-ASCII characters only"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    job: str
+
+    def __post_init__(self) -> None:
+        validate_job_name(self.job)
+
+    @property
+    def root(self) -> str:
+        return "/" + self.job
+
+    @property
+    def config(self) -> str:
+        return join(self.root, "config")
+
+    @property
+    def instances(self) -> str:
+        return join(self.root, "instances")
+
+    def instance(self, instance_id: str) -> str:
+        return join(self.instances, instance_id)
+
+    @property
+    def servers(self) -> str:
+        return join(self.root, "servers")
+
+    def server(self, ip: str) -> str:
+        return join(self.servers, ip)
+
+    @property
+    def leader(self) -> str:
+        return join(self.root, "leader", "election", "instance")
+
+    @property
+    def necessary(self) -> str:
+        return join(self.root, "leader", "sharding", "necessary")
+
+    @property
+    def assignment(self) -> str:
+        return join(self.root, "sharding", "assignment")
+
+    @property
+    def disabled_items(self) -> str:
+        return join(self.root, "sharding", "disabled")
+
+    @property
+    def running(self) -> str:
+        return join(self.root, "running")
+
+    def running_of(self, instance_id: str) -> str:
+        return join(self.running, instance_id)
+
+    @property
+    def failover(self) -> str:
+        return join(self.root, "leader", "failover")
+
+    @property
+    def failover_items(self) -> str:
+        return join(self.failover, "items")
+
+    @property
+    def failover_lock(self) -> str:
+        return join(self.failover, "latch")
+
+    @property
+    def triggers(self) -> str:
+        return join(self.root, "trigger")
+
+    def trigger(self, instance_id: str) -> str:
+        return join(self.triggers, instance_id)

@@ -1,0 +1,623 @@
+"""The sharding service of one job on one instance: registration, leadership, resharding,
+and the fenced running marks — written once on the registry protocol.
+
+How a resharding goes (the leader only; any instance may raise the flag):
+
+1. A change that alters the assignment's basis — instances joining or leaving, a server
+   disabled or enabled, the total count, an assignment naming an instance that is gone, a
+   corrupt or missing assignment — makes the leader put ``leader/sharding/necessary``.
+2. The leader computes the new assignment (so a faulty strategy is rejected before
+   anything is written), then FENCES: one transaction that checks its leadership and turns
+   the assignment's state to RESHARDING. Every running mark is a transaction that checks
+   the assignment's version, so from here no instance can start a run under the old epoch.
+3. When execution is monitored it waits for the running marks to clear (runs finish; a
+   dead instance's mark goes with its session).
+4. It writes the new assignment, epoch + 1, in ONE transaction that checks leadership (a
+   stale leader's write fails), replaces the assignment node, and deletes the flag at the
+   version it read (a change that raised the flag again meanwhile makes it start over).
+
+That is O(1) registry operations whatever the item and instance counts. Instances read
+everything from one local cache of the job's subtree, so steady state costs no reads; a
+run costs two writes: the fenced mark and its removal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+from registry.errors import NodeExistsError, RegistryError, TransactionError
+from registry.paths import is_below
+from registry.protocol import Check, Create, Delete, Event, EventKind, Node, RegistryCenter, SessionState, Set
+from registry.recipes.cache import TreeCache
+from registry.recipes.election import LeaderElection
+from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, decode_items, encode_items
+from sharding.errors import FencedOut, ShardingError, ShardingTimeout
+from sharding.instance import InstanceIdentity
+from sharding.layout import JobPaths
+from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
+
+__all__ = ["CurrentAssignment", "RunMark", "ServerStatus", "ShardingService", "ShardingSettings"]
+
+log = logging.getLogger("sharding")
+
+ENABLED = b"ENABLED"
+DISABLED = b"DISABLED"
+
+
+class ServerStatus:
+    ENABLED = "ENABLED"
+    DISABLED = "DISABLED"
+
+
+@dataclass(frozen=True)
+class ShardingSettings:
+    total: int
+    strategy: str = "AVG_ALLOCATION"
+    monitor_execution: bool = True
+    static: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.total, bool) or not isinstance(self.total, int) or self.total < 1:
+            raise ValueError(f"sharding_total_count must be an int >= 1, got {self.total!r}")
+        get_strategy(self.strategy)  # unknown names fail here, before anything is written
+
+
+@dataclass(frozen=True)
+class CurrentAssignment:
+    """A READY assignment and the registry version it was read at (the fencing token)."""
+
+    assignment: Assignment
+    version: int
+
+    @property
+    def epoch(self) -> int:
+        return self.assignment.epoch
+
+
+@dataclass(frozen=True)
+class RunMark:
+    epoch: int
+    items: tuple[int, ...]
+    fire_time: float
+    path: str
+
+
+@dataclass
+class _Registration:
+    version: int | None = None
+    value: bytes | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class ShardingService:
+    """Sharding of ``job`` as seen from ``identity``; see the module docstring."""
+
+    def __init__(
+        self,
+        reg: RegistryCenter,
+        job: str,
+        identity: InstanceIdentity,
+        settings: ShardingSettings,
+        *,
+        executor: Executor,
+        cache: TreeCache | None = None,
+        wait_timeout: float = 30.0,
+    ) -> None:
+        self._reg = reg
+        self.paths = JobPaths(job)
+        self.identity = identity
+        self._settings = settings
+        self._executor = executor
+        self._own_cache = cache is None
+        self._cache = cache if cache is not None else TreeCache(reg, self.paths.root)
+        if not is_below(self.paths.root, self._cache.root):
+            raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
+        self.wait_timeout = wait_timeout
+        self._registration = _Registration()
+        self._reshard_lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._max_epoch = 0
+        self._decoded: tuple[int, Assignment] | None = None
+        self._evaluation_pending = False
+        self._started = False
+        self._stopping = False
+        self._reported_corrupt: set[tuple[str, int]] = set()
+        self._assignment_listeners: list[Callable[[], None]] = []
+        self._election = LeaderElection(
+            reg,
+            self.paths.leader,
+            identity.instance_id,
+            on_elected=self._on_elected,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    @property
+    def job(self) -> str:
+        return self.paths.job
+
+    @property
+    def settings(self) -> ShardingSettings:
+        return self._settings
+
+    @property
+    def is_leader(self) -> bool:
+        return self._election.is_leader
+
+    @property
+    def cache(self) -> TreeCache:
+        return self._cache
+
+    @property
+    def registered(self) -> bool:
+        """This instance's node, as last written by it, is in the registry (per the cache)."""
+        version = self._registration.version
+        node = self._cache.get_node(self.paths.instance(self.identity.instance_id))
+        return version is not None and node is not None and node.version == version
+
+    def start(self, *, server_enabled: bool = True) -> None:
+        """Register this instance (and its server), join the election."""
+        if self._started:
+            return
+        self._started = True
+        if self._own_cache:
+            self._cache.start()
+        self._cache.add_listener(self._on_change)
+        self._reg.add_listener(self._on_session)
+        server, status = self.paths.server(self.identity.ip), ENABLED if server_enabled else DISABLED
+        self._reg.put(server, status)
+        self._cache.wait_until(lambda: self._cache.get(server) == status, self._reg.session_timeout)
+        self._register()
+        self._election.start(participate=server_enabled)
+        self._schedule_evaluation()
+
+    def stop(self) -> None:
+        """Leave at once: hand leadership over and remove this instance's nodes, so the
+        others reshard without waiting for any timeout."""
+        if not self._started or self._stopping:
+            return
+        self._stopping = True
+        self._cache.remove_listener(self._on_change)
+        self._reg.remove_listener(self._on_session)
+        try:
+            # leave membership first, so the next leader computes without this instance
+            self._reg.delete(self.paths.running_of(self.identity.instance_id))
+            self._reg.delete(self.paths.instance(self.identity.instance_id))
+            self._election.stop()
+        except RegistryError:
+            log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
+        if self._own_cache:
+            self._cache.close()
+
+    def update_settings(self, settings: ShardingSettings) -> None:
+        """New total count, strategy or flags (e.g. from a config change)."""
+        with self._state_lock:
+            self._settings = settings
+        self._schedule_evaluation()
+
+    def add_assignment_listener(self, listener: Callable[[], None]) -> None:
+        """Called (on the registry's event thread) whenever the job's assignment node changes."""
+        self._assignment_listeners.append(listener)
+
+    # -- reads (from the cache: no round trip) ------------------------------------------
+    def online_instances(self) -> list[str]:
+        return self._cache.children(self.paths.instances)
+
+    def server_enabled(self, ip: str) -> bool:
+        return self._cache.get(self.paths.server(ip)) != DISABLED
+
+    def available_instances(self) -> list[str]:
+        """Online instances on enabled servers, in ElasticJob's order: descending strings."""
+        available = []
+        for instance_id in self.online_instances():
+            ip = _ip_of(self._cache.get(self.paths.instance(instance_id)), instance_id)
+            if self.server_enabled(ip):
+                available.append(instance_id)
+        return sorted(available, reverse=True)
+
+    def disabled_items(self) -> set[int]:
+        raw = self._cache.get(self.paths.disabled_items)
+        if not raw:
+            return set()
+        try:
+            return set(decode_items(raw.decode()))
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._report_corrupt(self.paths.disabled_items, -1, str(exc))
+            return set()
+
+    def current(self) -> Assignment | None:
+        """The assignment as cached (READY or not); None when absent or corrupt."""
+        node = self._cache.get_node(self.paths.assignment)
+        return None if node is None else self._decode(node)
+
+    def leader(self) -> str | None:
+        raw = self._cache.get(self.paths.leader)
+        return None if raw is None else raw.decode(errors="replace")
+
+    def _decode(self, node: Node) -> Assignment | None:
+        memo = self._decoded
+        if memo is not None and memo[0] == node.version:
+            return memo[1]
+        try:
+            assignment = Assignment.decode(self.paths.assignment, node.value)
+        except CorruptNodeError as exc:
+            self._report_corrupt(self.paths.assignment, node.version, exc.problem)
+            return None
+        self._decoded = (node.version, assignment)
+        with self._state_lock:
+            self._max_epoch = max(self._max_epoch, assignment.epoch)
+        return assignment
+
+    def _report_corrupt(self, path: str, version: int, problem: str) -> None:
+        if (path, version) not in self._reported_corrupt:
+            self._reported_corrupt.add((path, version))
+            log.error("job %s: corrupt registry node %s (%s); it will be rewritten", self.job, path, problem)
+
+    def _ready(self) -> CurrentAssignment | None:
+        node = self._cache.get_node(self.paths.assignment)
+        if node is None or self._cache.exists(self.paths.necessary):
+            return None
+        assignment = self._decode(node)
+        if assignment is None or assignment.state is not AssignmentState.READY:
+            return None
+        return CurrentAssignment(assignment, node.version)
+
+    # -- the run path ---------------------------------------------------------------------
+    def ensure_ready(self, timeout: float | None = None) -> CurrentAssignment:
+        """A READY assignment with no resharding pending; the leader reshards here when
+        flagged, others wait by watch. ``ShardingTimeout`` after ``timeout``."""
+        bound = self.wait_timeout if timeout is None else timeout
+        deadline = time.monotonic() + bound
+        while True:
+            ready = self._ready()
+            if ready is not None:
+                return ready
+            if self.is_leader:
+                self._evaluate()
+                if self.reshard():
+                    continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                leader = self.leader() or "none"
+                raise ShardingTimeout(
+                    f"job {self.job}: no ready assignment within {bound:g}s (leader: {leader})"
+                )
+            self._cache.wait_until(lambda: self._ready() is not None, min(remaining, 0.5))
+
+    def local_items(self, current: CurrentAssignment) -> list[int]:
+        """This instance's items in ``current``, minus disabled items."""
+        disabled = self.disabled_items()
+        return [i for i in current.assignment.items_of(self.identity.instance_id) if i not in disabled]
+
+    def mark_running(self, current: CurrentAssignment, items: Sequence[int], fire_time: float) -> RunMark:
+        """The fencing point: ONE transaction that checks the assignment is still the one
+        read, that this instance's registration (and so its session) is the live one, and
+        creates this instance's ephemeral running mark. ``FencedOut`` if any fails."""
+        version = self._registration.version
+        if version is None:
+            raise FencedOut(f"job {self.job}: instance {self.identity.instance_id} is not registered")
+        path = self.paths.running_of(self.identity.instance_id)
+        value = json.dumps(
+            {"epoch": current.epoch, "items": encode_items(items), "fire_time": fire_time},
+            separators=(",", ":"),
+        ).encode()
+        try:
+            self._reg.transaction(
+                [
+                    Check(self.paths.assignment, current.version),
+                    Check(self.paths.instance(self.identity.instance_id), version),
+                    Create(path, value, ephemeral=True),
+                ]
+            )
+        except TransactionError as exc:
+            reason = {
+                0: "the assignment changed",
+                1: "this instance's registration is gone",
+                2: "already running",
+            }
+            raise FencedOut(f"job {self.job}: run refused, {reason.get(exc.index or 0, str(exc))}") from None
+        except RegistryError as exc:
+            raise FencedOut(f"job {self.job}: run refused, registry unavailable ({exc})") from None
+        return RunMark(current.epoch, tuple(items), fire_time, path)
+
+    def clear_running(self, mark: RunMark) -> None:
+        try:
+            self._reg.delete(mark.path)
+        except RegistryError:
+            log.warning("job %s: clearing the running mark failed; it goes with the session", self.job)
+
+    def running_instances(self) -> list[str]:
+        return self._cache.children(self.paths.running)
+
+    # -- operations -------------------------------------------------------------------
+    def set_server_enabled(self, ip: str, enabled: bool) -> None:
+        self._reg.put(self.paths.server(ip), ENABLED if enabled else DISABLED)
+
+    def set_items_disabled(self, items: Sequence[int], disabled: bool) -> None:
+        current = self.disabled_items()
+        updated = current | set(items) if disabled else current - set(items)
+        self._reg.put(self.paths.disabled_items, encode_items(updated).encode())
+
+    def request_resharding(self, reason: str = "requested") -> None:
+        self._reg.put(self.paths.necessary, reason.encode())
+
+    # -- leader work ----------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """Flag a resharding if the assignment no longer matches the cluster (e.g. it
+        names an instance that is gone). Cheap: reads the cache only, unless it flags."""
+        self._evaluate()
+
+    def _needs_resharding(self) -> str | None:
+        node = self._cache.get_node(self.paths.assignment)
+        if node is None:
+            return "no assignment yet"
+        assignment = self._decode(node)
+        if assignment is None:
+            return "assignment node corrupt"
+        if assignment.state is AssignmentState.RESHARDING:
+            return "previous resharding unfinished"
+        settings = self._settings
+        if assignment.total != settings.total:
+            return f"total count {assignment.total} -> {settings.total}"
+        if settings.static and assignment.items:
+            return None
+        available = set(self.available_instances())
+        assigned = set(assignment.items)
+        if assigned != available:
+            joined, left = sorted(available - assigned), sorted(assigned - available)
+            return f"instances joined {joined} left {left}"
+        if assignment.strategy != settings.strategy:
+            return f"strategy {assignment.strategy} -> {settings.strategy}"
+        return None
+
+    def _evaluate(self) -> None:
+        if not self.is_leader or self._stopping:
+            return
+        with self._reshard_lock:  # not while resharding: the cache lags our own writes
+            self._flag_if_needed()
+
+    def _flag_if_needed(self) -> None:
+        reason = self._needs_resharding()
+        if reason is not None and not self._cache.exists(self.paths.necessary):
+            log.info("job %s: resharding needed: %s", self.job, reason)
+            try:
+                self._reg.put(self.paths.necessary, reason.encode())
+            except RegistryError:
+                log.warning("job %s: could not flag resharding", self.job, exc_info=True)
+                return
+
+    def reshard(self) -> bool:
+        """Leader: bring the assignment up to date (module docstring). True when the
+        assignment is READY and unflagged afterwards; False when not (or no longer) leader."""
+        with self._reshard_lock:
+            for _ in range(20):
+                if not self.is_leader or self._stopping:
+                    return False
+                outcome = self._reshard_once()
+                if outcome is not None:
+                    return outcome
+            log.warning("job %s: resharding kept racing with changes; will retry", self.job)
+            return False
+
+    def _reshard_once(self) -> bool | None:
+        leader_version = self._election.leader_version
+        if leader_version is None:
+            return False
+        flag = self._reg.get_node(self.paths.necessary)
+        node = self._reg.get_node(self.paths.assignment)
+        previous = None
+        if node is not None:
+            try:
+                previous = Assignment.decode(self.paths.assignment, node.value)
+            except CorruptNodeError as exc:
+                self._report_corrupt(self.paths.assignment, node.version, exc.problem)
+        if flag is None and previous is not None and previous.state is AssignmentState.READY:
+            if self._needs_resharding() is None:
+                return True
+            self._evaluate()
+            return None
+        with self._state_lock:
+            epoch = max(previous.epoch if previous else 0, self._max_epoch)
+            settings = self._settings
+        me = self.identity.instance_id
+        planned = self._compute(settings, previous)  # a faulty strategy fails before any write
+        leader_check = Check(self.paths.leader, leader_version)
+        if previous is None or previous.state is AssignmentState.READY or node is None:
+            fence = Assignment(epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me)
+            if previous is not None:
+                fence = previous.with_state(AssignmentState.RESHARDING, me)
+            write: Create | Set = (
+                Create(self.paths.assignment, fence.encode())
+                if node is None
+                else Set(self.paths.assignment, fence.encode(), node.version)
+            )
+            if not self._transact([leader_check, write]):
+                return None if self.is_leader else False
+            node = self._reg.get_node(self.paths.assignment)
+            if node is None:
+                return None
+        if settings.monitor_execution and not self._wait_runs_finished():
+            return False
+        planned = self._compute(settings, previous)
+        new = Assignment(epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me)
+        ops: list[Check | Set | Delete] = [
+            leader_check,
+            Set(self.paths.assignment, new.encode(), node.version),
+        ]
+        if flag is not None:
+            ops.append(Delete(self.paths.necessary, flag.version))
+        if not self._transact(ops):
+            return None if self.is_leader else False
+        with self._state_lock:
+            self._max_epoch = max(self._max_epoch, new.epoch)
+        written = new.encode()
+        # our own read path is the cache: let it catch up, or the next check sees the fence
+        self._cache.wait_until(lambda: self._cache.get(self.paths.assignment) == written, self.wait_timeout)
+        log.info(
+            "job %s: epoch %d assignment %s",
+            self.job,
+            new.epoch,
+            {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
+        )
+        return True
+
+    def _compute(self, settings: ShardingSettings, previous: Assignment | None) -> dict[str, tuple[int, ...]]:
+        instances = self.available_instances()
+        strategy = get_strategy(settings.strategy)
+        try:
+            if accepts_previous(strategy) and previous is not None:
+                raw = strategy(instances, self.job, settings.total, previous=previous.as_lists())
+            else:
+                raw = strategy(instances, self.job, settings.total)
+            checked = check_assignment(raw, instances, settings.total, settings.strategy)
+        except ValueError as exc:
+            raise ShardingError(f"job {self.job}: {exc}") from None
+        return {instance: tuple(items) for instance, items in checked.items()}
+
+    def _transact(self, ops: Sequence[Check | Set | Create | Delete]) -> bool:
+        try:
+            self._reg.transaction(list(ops))
+            return True
+        except TransactionError as exc:
+            if exc.index == 0:
+                log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
+            else:
+                log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
+            return False
+
+    def _wait_runs_finished(self) -> bool:
+        """Wait (by watch) until no instance holds a running mark; False if leadership ends."""
+        while True:
+            if not self.is_leader or self._stopping:
+                return False
+            if self._cache.wait_until(lambda: not self._cache.children(self.paths.running), 1.0):
+                return True
+            log.info("job %s: resharding waits for running items on %s", self.job, self.running_instances())
+
+    # -- reactions ------------------------------------------------------------------------
+    def _schedule_evaluation(self) -> None:
+        with self._state_lock:
+            if self._evaluation_pending or self._stopping:
+                return
+            self._evaluation_pending = True
+        try:
+            self._executor.submit(self._run_evaluation)
+        except RuntimeError:  # executor shut down
+            with self._state_lock:
+                self._evaluation_pending = False
+
+    def _run_evaluation(self) -> None:
+        with self._state_lock:
+            self._evaluation_pending = False
+        try:
+            self._follow_own_server()
+            if self.is_leader:
+                self._evaluate()
+                if self._cache.exists(self.paths.necessary):
+                    self.reshard()
+        except ShardingError as exc:
+            log.error("%s", exc)
+        except RegistryError:
+            log.warning("job %s: evaluation failed; retrying on the next change", self.job, exc_info=True)
+
+    def _follow_own_server(self) -> None:
+        """A disabled server gives up leadership and stops campaigning until enabled."""
+        if self._stopping:
+            return
+        enabled = self.server_enabled(self.identity.ip)
+        if not enabled and (self._election.is_leader or self._election_participating()):
+            self._election.pause()
+        elif enabled and not self._election_participating():
+            self._election.resume()
+
+    def _election_participating(self) -> bool:
+        return self._election.participating
+
+    def _on_change(self, event: Event) -> None:
+        if not is_below(event.path, self.paths.root):
+            return
+        own_node_gone = (
+            event.path == self.paths.instance(self.identity.instance_id) and event.kind is EventKind.DELETED
+        )
+        live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
+        if own_node_gone and live and not self._stopping:
+            # never shut down because our node vanished (ElasticJob does): register again
+            self._executor.submit(self._reregister)
+        if event.path == self.paths.assignment:
+            for listener in list(self._assignment_listeners):
+                listener()
+        if is_below(event.path, self.paths.running):
+            return  # runs starting and ending never change the assignment's basis
+        self._schedule_evaluation()
+
+    def _on_session(self, state: SessionState) -> None:
+        # on LOST the node is already gone: the fenced mark fails until we register again
+        if state is SessionState.CONNECTED and not self._stopping:
+            self._executor.submit(self._reregister)
+
+    def _on_elected(self) -> None:
+        self._schedule_evaluation()
+
+    # -- registration ---------------------------------------------------------------------
+    def _register(self) -> None:
+        """Create this instance's ephemeral node, or adopt it if it is the one we wrote in
+        this session; wait out a stale one of a previous process with the same id (the
+        server removes it within its timeout)."""
+        path = self.paths.instance(self.identity.instance_id)
+        deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
+        with self._registration.lock:
+            while True:
+                value = self._registration.value or self.identity.node_value()
+                try:
+                    self._reg.create(path, value, ephemeral=True)
+                except NodeExistsError:
+                    node = self._reg.get_node(path)
+                    if node is None:
+                        continue
+                    if node.value == self._registration.value:
+                        self._registration.version = node.version
+                        return
+                    if time.monotonic() > deadline:
+                        raise ShardingError(f"instance node {path} is held by another session") from None
+                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5)
+                    continue
+                self._registration.value = value
+                node = self._reg.get_node(path)
+                self._registration.version = None if node is None else node.version
+                # read-your-writes: the cache (our only read path) must show our own node,
+                # or a leader computing right now would leave itself out
+                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout)
+                return
+
+    def _reregister(self) -> None:
+        if self._stopping:
+            return
+        if self._registration.version is not None:
+            node = self._reg.get_node(self.paths.instance(self.identity.instance_id))
+            if node is not None and node.version == self._registration.version:
+                return
+        try:
+            server = self.paths.server(self.identity.ip)
+            self._reg.put(server, self._cache.get(server) or ENABLED)
+            self._register()
+            log.info("job %s: instance %s registered again", self.job, self.identity.instance_id)
+        except (RegistryError, ShardingError):
+            log.warning(
+                "job %s: re-registration failed; retrying on the next change", self.job, exc_info=True
+            )
+
+
+def _ip_of(raw: bytes | None, instance_id: str) -> str:
+    if raw:
+        try:
+            doc = json.loads(raw)
+            if isinstance(doc, dict) and isinstance(doc.get("ip"), str):
+                return str(doc["ip"])
+        except (ValueError, UnicodeDecodeError):
+            pass
+    return instance_id.split("@-@", 1)[0]

@@ -1,0 +1,365 @@
+"""The sharding service on every backend: election, resharding triggers, fencing, scale,
+and corrupt nodes. Each test runs unchanged on memory, ZooKeeper and etcd."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from registry.backends.base import BaseRegistry
+from registry.recipes.cache import TreeCache
+from sharding import (
+    AssignmentState,
+    FencedOut,
+    InstanceIdentity,
+    ShardingError,
+    ShardingService,
+    ShardingSettings,
+    get_strategy,
+)
+from sharding.layout import JobPaths
+from tests.harness import Harness
+from tests.sharding import blocking_strategy
+from tests.waiting import wait_for
+
+JOB = "orders"
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    pool = ThreadPoolExecutor(4, thread_name_prefix="sharding-test")
+    yield pool
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(autouse=True)
+def _stop_services(harness: Harness) -> Iterator[None]:
+    """Services stop before the harness closes their clients."""
+    yield
+    for cluster in list(Cluster.live):
+        cluster.close()
+    Cluster.live.clear()
+
+
+class Cluster:
+    """Several instances of one job, each with its own session, in this process."""
+
+    live: list[Cluster] = []
+
+    def __init__(
+        self, harness: Harness, executor: ThreadPoolExecutor, total: int, **settings: object
+    ) -> None:
+        self.harness = harness
+        self.executor = executor
+        self.namespace = harness.fresh_namespace()
+        self.settings = ShardingSettings(total=total, **settings)  # type: ignore[arg-type]
+        self.services: dict[str, ShardingService] = {}
+        self.regs: dict[str, BaseRegistry] = {}
+        self.timeout = harness.min_session_timeout
+        Cluster.live.append(self)
+
+    def close(self) -> None:
+        for service in self.services.values():
+            service.stop()
+        self.services.clear()
+
+    def connect(self) -> BaseRegistry:
+        return self.harness.connect(self.namespace, session_timeout=self.timeout)
+
+    def add(self, instance_id: str, *, enabled: bool = True) -> ShardingService:
+        reg = self.connect()
+        service = ShardingService(
+            reg,
+            JOB,
+            InstanceIdentity.create(instance_id),
+            self.settings,
+            executor=self.executor,
+            wait_timeout=20,
+        )
+        service.start(server_enabled=enabled)
+        self.services[instance_id] = service
+        self.regs[instance_id] = reg
+        return service
+
+    def stop(self, instance_id: str) -> None:
+        self.services.pop(instance_id).stop()
+        self.regs.pop(instance_id).close()
+
+    def leaders(self) -> list[str]:
+        return [i for i, s in self.services.items() if s.is_leader]
+
+    def ready_view(self) -> dict[str, list[int]]:
+        """Every instance's items once all agree on one READY epoch."""
+        currents = {i: s.ensure_ready(20) for i, s in self.services.items()}
+        epochs = {c.epoch for c in currents.values()}
+        assert len(epochs) == 1, f"instances disagree on the epoch: {epochs}"
+        return {i: list(c.assignment.items_of(i)) for i, c in currents.items()}
+
+    def settled(self, expected_instances: set[str]) -> dict[str, list[int]]:
+        """Wait until the READY assignment names exactly ``expected_instances``."""
+
+        def done() -> bool:
+            for service in self.services.values():
+                current = service.current()
+                if current is None or current.state is not AssignmentState.READY:
+                    return False
+                if set(current.items) != expected_instances:
+                    return False
+            return True
+
+        wait_for(done, 20, message=f"assignment over {sorted(expected_instances)}")
+        return self.ready_view()
+
+
+def ids(*numbers: int) -> list[str]:
+    return [f"10.0.0.{n}@-@{100 + n}" for n in numbers]
+
+
+def test_exactly_one_leader_among_three(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    cluster = Cluster(harness, executor, total=6)
+    for instance in ids(1, 2, 3):
+        cluster.add(instance)
+    wait_for(lambda: len(cluster.leaders()) == 1, 10, message="one leader")
+    leader = cluster.leaders()[0]
+    assert all(s.leader() == leader for s in cluster.services.values())
+
+
+def test_assignment_follows_elasticjob_order_and_strategy(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    cluster = Cluster(harness, executor, total=8)
+    members = ids(9, 10, 2)
+    for instance in members:
+        cluster.add(instance)
+    view = cluster.settled(set(members))
+    expected = get_strategy("AVG_ALLOCATION")(sorted(members, reverse=True), JOB, 8)
+    assert view == expected
+    # descending as strings: "10.0.0.9@-@109" > "10.0.0.2@-@102" > "10.0.0.10@-@110"
+    assert view["10.0.0.9@-@109"] == [0, 1, 6]
+
+
+def test_clean_shutdown_hands_leadership_over_at_once(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    for instance in ids(1, 2, 3):
+        cluster.add(instance)
+    wait_for(lambda: len(cluster.leaders()) == 1, 10, message="one leader")
+    leader = cluster.leaders()[0]
+    started = time.monotonic()
+    cluster.stop(leader)
+    wait_for(lambda: len(cluster.leaders()) == 1, 10, message="a new leader")
+    handover = time.monotonic() - started
+    # far below the session timeout: nothing waited for a session to expire
+    assert handover < cluster.timeout, f"hand-over took {handover:.2f}s"
+    view = cluster.settled(set(cluster.services))
+    assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
+
+
+def test_leader_process_killed_new_leader_within_session_timeout(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    url = harness.url(cluster.namespace, session_timeout=cluster.timeout)
+    member = harness.participant(url, "member", f"/{JOB}", "10.0.0.99@-@1", "4")
+    assert member.ready(30)
+    for instance in ids(1, 2):
+        cluster.add(instance)
+    reader = cluster.connect()
+    leader_path = JobPaths(JOB).leader
+    wait_for(lambda: reader.get(leader_path) == b"10.0.0.99@-@1", 10, message="the participant leads")
+    killed = time.monotonic()
+    member.kill()
+    wait_for(lambda: len(cluster.leaders()) == 1, cluster.timeout + 5, message="a new leader")
+    elapsed = time.monotonic() - killed
+    assert elapsed < cluster.timeout + 1.5, f"new leader after {elapsed:.2f}s"
+    view = cluster.settled(set(cluster.services))
+    assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("change", ["join", "leave", "disable", "enable", "total"])
+def test_resharding_triggers(harness: Harness, executor: ThreadPoolExecutor, change: str) -> None:
+    cluster = Cluster(harness, executor, total=6)
+    members = ids(1, 2, 3)
+    for instance in members:
+        cluster.add(instance, enabled=not (change == "enable" and instance == members[2]))
+    initial = set(members) - ({members[2]} if change == "enable" else set())
+    before = cluster.settled(initial)
+    epoch = next(iter(cluster.services.values())).ensure_ready(10).epoch
+    expected = set(members)
+    if change == "join":
+        cluster.add(ids(4)[0])
+        expected = set(members) | set(ids(4))
+    elif change == "leave":
+        cluster.stop(members[0])
+        expected = set(members[1:])
+    elif change == "disable":
+        cluster.services[members[1]].set_server_enabled("10.0.0.2", False)
+        expected = set(members) - {members[1]}
+    elif change == "enable":
+        cluster.services[members[0]].set_server_enabled("10.0.0.3", True)
+    elif change == "total":
+        for service in cluster.services.values():
+            service.update_settings(ShardingSettings(total=9))
+    total = 9 if change == "total" else 6
+    if change == "total":
+        wait_for(
+            lambda: all(
+                (s.current() or before) is not before and s.current().total == 9
+                for s in cluster.services.values()
+            ),  # type: ignore[union-attr]
+            20,
+            message="total 9 everywhere",
+        )
+    after = cluster.settled(expected)
+    assert sorted(i for items in after.values() for i in items) == list(range(total))
+    assert next(iter(cluster.services.values())).ensure_ready(10).epoch > epoch
+    assert all(after[i] == [] for i in after if i not in expected)
+
+
+def test_disabled_leader_server_gives_up_leadership(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    for instance in ids(1, 2):
+        cluster.add(instance)
+    wait_for(lambda: len(cluster.leaders()) == 1, 10, message="one leader")
+    leader = cluster.leaders()[0]
+    cluster.services[leader].set_server_enabled(cluster.services[leader].identity.ip, False)
+    wait_for(lambda: cluster.leaders() and cluster.leaders()[0] != leader, 10, message="leadership moved")
+    view = cluster.settled({i for i in cluster.services if i != leader})
+    assert view[leader] == []
+
+
+def test_stale_leader_cannot_write_its_assignment(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    """The leader's session expires between computing and writing: its write fails and
+    the next leader's assignment wins."""
+    blocking_strategy.reset()
+    cluster = Cluster(harness, executor, total=4, strategy="tests.sharding.blocking_strategy:assign")
+    first = cluster.add(ids(1)[0])
+    wait_for(lambda: first.is_leader, 10, message="first leads")
+    blocking_strategy.block()
+    second = cluster.add(ids(2)[0])  # the join makes the leader reshard: it blocks in the strategy
+    assert blocking_strategy.entered.wait(20), "the leader never computed"
+    harness.expire_session(cluster.regs[ids(1)[0]])
+    wait_for(lambda: second.is_leader, cluster.timeout + 10, message="second takes over")
+    blocking_strategy.release()
+    view = cluster.settled(set(cluster.services))
+    current = second.current()
+    assert current is not None and current.leader == ids(2)[0]
+    assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
+
+
+def test_faulty_custom_strategy_rejected_before_anything_is_written(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    cluster = Cluster(harness, executor, total=4, strategy="tests.sharding.blocking_strategy:drops_an_item")
+    service = cluster.add(ids(1)[0])
+    with pytest.raises(ShardingError, match="unassigned"):
+        service.ensure_ready(10)
+    assert cluster.connect().get(JobPaths(JOB).assignment) is None
+
+
+def test_run_mark_is_fenced_by_epoch_and_registration(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    a = cluster.add(ids(1)[0])
+    current = a.ensure_ready(10)
+    mark = a.mark_running(current, a.local_items(current), fire_time=1.0)
+    with pytest.raises(FencedOut, match="already running"):
+        a.mark_running(current, a.local_items(current), fire_time=2.0)
+    a.clear_running(mark)
+    cluster.add(ids(2)[0])
+    cluster.settled(set(cluster.services))
+    with pytest.raises(FencedOut, match="assignment changed"):
+        a.mark_running(current, [0], fire_time=3.0)  # planned under the old epoch
+    fresh = a.ensure_ready(10)
+    a.clear_running(a.mark_running(fresh, a.local_items(fresh), fire_time=4.0))
+
+
+def test_expired_session_cannot_start_a_run_with_its_stale_assignment(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    a = cluster.add(ids(1)[0])
+    current = a.ensure_ready(10)
+    harness.expire_session(cluster.regs[ids(1)[0]])
+    with pytest.raises(FencedOut):
+        a.mark_running(current, a.local_items(current), fire_time=1.0)
+    # it registers again by itself and can run again under a fresh epoch
+    wait_for(lambda: a.registered, 20, message="registered again")
+
+    def runs() -> bool:
+        fresh = a.ensure_ready(20)
+        try:
+            a.clear_running(a.mark_running(fresh, a.local_items(fresh), fire_time=2.0))
+        except FencedOut:
+            return False  # the leader resharded meanwhile: plan again, as a fire would
+        return True
+
+    wait_for(runs, 20, message="a run under the new registration")
+
+
+def test_corrupt_assignment_is_reported_and_rewritten(
+    harness: Harness, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster(harness, executor, total=4)
+    for instance in ids(1, 2):
+        cluster.add(instance)
+    epoch = next(iter(cluster.services.values())).ensure_ready(10).epoch
+    vandal = cluster.connect()
+    with caplog.at_level(logging.ERROR, logger="sharding"):
+        vandal.put(JobPaths(JOB).assignment, b"{not json")
+        wait_for(
+            lambda: all(
+                (s.current() is not None and s.current().epoch > epoch) for s in cluster.services.values()
+            ),  # type: ignore[union-attr]
+            20,
+            message="a fresh assignment",
+        )
+    assert "corrupt registry node /orders/sharding/assignment" in caplog.text
+    view = cluster.ready_view()
+    assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
+
+
+def test_ten_thousand_items_two_hundred_instances(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    """200 instances (sharing 4 sessions and one cache each) and 10,000 items: the
+    assignment is one O(1) write that fits every backend's default limits."""
+    namespace = harness.fresh_namespace()
+    settings = ShardingSettings(total=10_000)
+    regs = [harness.connect(namespace, session_timeout=harness.min_session_timeout) for _ in range(4)]
+    caches = [TreeCache(reg, f"/{JOB}").start() for reg in regs]
+    services = []
+    for n in range(200):
+        identity = InstanceIdentity.create(f"10.1.{n // 250}.{n % 250}@-@{n}")
+        service = ShardingService(
+            regs[n % 4], JOB, identity, settings, executor=executor, cache=caches[n % 4], wait_timeout=60
+        )
+        service.start()
+        services.append(service)
+    expected = {s.identity.instance_id for s in services}
+    wait_for(
+        lambda: all(
+            (c := s.current()) is not None and c.state is AssignmentState.READY and set(c.items) == expected
+            for s in services
+        ),
+        120,
+        message="one assignment over 200 instances",
+    )
+    current = services[0].ensure_ready(30)
+    sizes = [len(items) for items in current.assignment.items.values()]
+    assert sum(sizes) == 10_000 and set(sizes) == {50}
+    raw = regs[0].get(JobPaths(JOB).assignment)
+    assert raw is not None and len(raw) < 64_000
+    assert json.loads(raw)["total"] == 10_000
+    for cache in caches:
+        cache.close()
+
+
+def test_wait_for_assignment_is_bounded(harness: Harness, executor: ThreadPoolExecutor) -> None:
+    cluster = Cluster(harness, executor, total=2)
+    follower = cluster.add(ids(1)[0], enabled=False)  # disabled: never leads, nobody reshards
+    started = time.monotonic()
+    with pytest.raises(Exception, match="no ready assignment within 1s"):
+        follower.ensure_ready(1)
+    assert time.monotonic() - started < 5
