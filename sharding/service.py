@@ -126,6 +126,7 @@ class ShardingService:
         self._decoded: tuple[int, Assignment] | None = None
         self._evaluation_pending = False
         self._started = False
+        self._joined = False  # registered and in the election: reactions may begin
         self._stopping = False
         self._reported_corrupt: set[tuple[str, int]] = set()
         self._assignment_listeners: list[Callable[[], None]] = []
@@ -174,6 +175,7 @@ class ShardingService:
         self._cache.wait_until(lambda: self._cache.get(server) == status, self._reg.session_timeout)
         self._register()
         self._election.start(participate=server_enabled)
+        self._joined = True
         self._schedule_evaluation()
 
     def stop(self) -> None:
@@ -502,7 +504,7 @@ class ShardingService:
     # -- reactions ------------------------------------------------------------------------
     def _schedule_evaluation(self) -> None:
         with self._state_lock:
-            if self._evaluation_pending or self._stopping:
+            if self._evaluation_pending or self._stopping or not self._joined:
                 return
             self._evaluation_pending = True
         try:

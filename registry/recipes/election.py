@@ -55,6 +55,10 @@ class LeaderElection:
         return self._version is not None
 
     @property
+    def participating(self) -> bool:
+        return self._participating
+
+    @property
     def leader_version(self) -> int | None:
         return self._version
 
@@ -63,12 +67,12 @@ class LeaderElection:
         value = self._reg.get(self._path)
         return None if value is None else value.decode(errors="replace")
 
-    def start(self) -> None:
-        """Join the election (idempotent); may become leader before returning."""
+    def start(self, *, participate: bool = True) -> None:
+        """Follow the election and, if ``participate``, campaign (may lead on return)."""
         with self._lock:
-            if self._participating:
+            if self._watch is not None:
                 return
-            self._participating = True
+            self._participating = participate
         self._reg.add_listener(self._on_session)
         self._watch = self._reg.watch(self._path, self._on_event)
         self.campaign()

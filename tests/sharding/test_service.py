@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from registry.backends.base import BaseRegistry
+from registry.counting import CountingRegistry
 from registry.recipes.cache import TreeCache
 from sharding import (
+    Assignment,
     AssignmentState,
     FencedOut,
     InstanceIdentity,
@@ -49,7 +51,7 @@ def _stop_services(harness: Harness) -> Iterator[None]:
 class Cluster:
     """Several instances of one job, each with its own session, in this process."""
 
-    live: list[Cluster] = []
+    live: list[Cluster | _Stopper] = []
 
     def __init__(
         self, harness: Harness, executor: ThreadPoolExecutor, total: int, **settings: object
@@ -89,6 +91,14 @@ class Cluster:
     def stop(self, instance_id: str) -> None:
         self.services.pop(instance_id).stop()
         self.regs.pop(instance_id).close()
+
+    def all_current(self, predicate: Callable[[Assignment], bool]) -> bool:
+        """Every instance's cached assignment exists and satisfies ``predicate``."""
+        for service in self.services.values():
+            current = service.current()
+            if current is None or not predicate(current):
+                return False
+        return True
 
     def leaders(self) -> list[str]:
         return [i for i, s in self.services.items() if s.is_leader]
@@ -187,7 +197,7 @@ def test_resharding_triggers(harness: Harness, executor: ThreadPoolExecutor, cha
     for instance in members:
         cluster.add(instance, enabled=not (change == "enable" and instance == members[2]))
     initial = set(members) - ({members[2]} if change == "enable" else set())
-    before = cluster.settled(initial)
+    cluster.settled(initial)
     epoch = next(iter(cluster.services.values())).ensure_ready(10).epoch
     expected = set(members)
     if change == "join":
@@ -206,14 +216,7 @@ def test_resharding_triggers(harness: Harness, executor: ThreadPoolExecutor, cha
             service.update_settings(ShardingSettings(total=9))
     total = 9 if change == "total" else 6
     if change == "total":
-        wait_for(
-            lambda: all(
-                (s.current() or before) is not before and s.current().total == 9
-                for s in cluster.services.values()
-            ),  # type: ignore[union-attr]
-            20,
-            message="total 9 everywhere",
-        )
+        wait_for(lambda: cluster.all_current(lambda a: a.total == 9), 20, message="total 9 everywhere")
     after = cluster.settled(expected)
     assert sorted(i for items in after.values() for i in items) == list(range(total))
     assert next(iter(cluster.services.values())).ensure_ready(10).epoch > epoch
@@ -310,13 +313,7 @@ def test_corrupt_assignment_is_reported_and_rewritten(
     vandal = cluster.connect()
     with caplog.at_level(logging.ERROR, logger="sharding"):
         vandal.put(JobPaths(JOB).assignment, b"{not json")
-        wait_for(
-            lambda: all(
-                (s.current() is not None and s.current().epoch > epoch) for s in cluster.services.values()
-            ),  # type: ignore[union-attr]
-            20,
-            message="a fresh assignment",
-        )
+        wait_for(lambda: cluster.all_current(lambda a: a.epoch > epoch), 20, message="a fresh assignment")
     assert "corrupt registry node /orders/sharding/assignment" in caplog.text
     view = cluster.ready_view()
     assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
@@ -363,3 +360,51 @@ def test_wait_for_assignment_is_bounded(harness: Harness, executor: ThreadPoolEx
     with pytest.raises(Exception, match="no ready assignment within 1s"):
         follower.ensure_ready(1)
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("total", [10, 10_000])
+def test_resharding_costs_constant_registry_operations(
+    harness: Harness, executor: ThreadPoolExecutor, total: int
+) -> None:
+    """The leader's registry round trips for one resharding do not grow with the items."""
+    namespace = harness.fresh_namespace()
+    counted = CountingRegistry(harness.connect(namespace, session_timeout=harness.min_session_timeout))
+    leader = ShardingService(
+        counted, JOB, InstanceIdentity.create(ids(1)[0]), ShardingSettings(total=total), executor=executor
+    )
+    leader.start()
+    Cluster.live.append(_Stopper(leader))
+    leader.ensure_ready(20)
+    wait_for(lambda: not leader.cache.exists(JobPaths(JOB).necessary), 10, message="settled")
+    counted.reset()
+    joiner = ShardingService(
+        harness.connect(namespace, session_timeout=harness.min_session_timeout),
+        JOB,
+        InstanceIdentity.create(ids(2)[0]),
+        ShardingSettings(total=total),
+        executor=executor,
+    )
+    joiner.start()
+    Cluster.live.append(_Stopper(joiner))
+    wait_for(
+        lambda: (
+            (c := leader.current()) is not None and len(c.items) == 2 and c.state is AssignmentState.READY
+        ),
+        20,
+        message="resharded over two instances",
+    )
+    round_trips, sent, _ = counted.snapshot()
+    print(
+        f"resharding at {total} items: {round_trips} round trips, {sent} bytes sent ({dict(counted.calls)})"
+    )
+    assert round_trips <= 10, dict(counted.calls)
+
+
+class _Stopper:
+    """Lets a lone service join ``Cluster.live`` so teardown stops it first."""
+
+    def __init__(self, service: ShardingService) -> None:
+        self._service = service
+
+    def close(self) -> None:
+        self._service.stop()

@@ -1,0 +1,150 @@
+"""A RegistryCenter that counts the calls made through it: the measure behind "O(1)
+registry round trips per fire" (benchmarks and tests count with it, operators can too).
+
+Every protocol call that reaches the server is one round trip here (a recursive delete or
+a transaction is one call, whatever it expands to); bytes are the values sent and received.
+Watches and listeners pass through uncounted: they cost no round trip per change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
+
+from registry.protocol import (
+    Create,
+    EventCallback,
+    ListenerCallback,
+    Node,
+    Op,
+    RegistryCenter,
+    SessionState,
+    Set,
+    Watch,
+)
+
+__all__ = ["CountingRegistry"]
+
+
+class CountingRegistry:
+    """Wraps ``inner``; ``calls`` counts per method, ``bytes_sent``/``bytes_received``."""
+
+    def __init__(self, inner: RegistryCenter) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    # -- accounting -------------------------------------------------------------------
+    def _count(self, method: str, sent: int = 0, received: int = 0) -> None:
+        with self._lock:
+            self.calls[method] += 1
+            self.bytes_sent += sent
+            self.bytes_received += received
+
+    @property
+    def round_trips(self) -> int:
+        with self._lock:
+            return sum(self.calls.values())
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.bytes_sent = self.bytes_received = 0
+
+    def snapshot(self) -> tuple[int, int, int]:
+        """(round trips, bytes sent, bytes received) so far."""
+        with self._lock:
+            return sum(self.calls.values()), self.bytes_sent, self.bytes_received
+
+    # -- protocol ---------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self._inner.url
+
+    @property
+    def session_timeout(self) -> float:
+        return self._inner.session_timeout
+
+    @property
+    def state(self) -> SessionState:
+        return self._inner.state
+
+    def get(self, path: str) -> bytes | None:
+        value = self._inner.get(path)
+        self._count("get", received=len(value or b""))
+        return value
+
+    def get_node(self, path: str) -> Node | None:
+        node = self._inner.get_node(path)
+        self._count("get_node", received=len(node.value) if node else 0)
+        return node
+
+    def exists(self, path: str) -> bool:
+        self._count("exists")
+        return self._inner.exists(path)
+
+    def children(self, path: str) -> list[str]:
+        names = self._inner.children(path)
+        self._count("children", received=sum(len(n) for n in names))
+        return names
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
+        self._count("create", sent=len(value))
+        self._inner.create(path, value, ephemeral=ephemeral)
+
+    def create_sequential(self, prefix: str, value: bytes = b"", *, ephemeral: bool = False) -> str:
+        self._count("create_sequential", sent=len(value))
+        return self._inner.create_sequential(prefix, value, ephemeral=ephemeral)
+
+    def put(self, path: str, value: bytes, *, ephemeral: bool = False) -> None:
+        self._count("put", sent=len(value))
+        self._inner.put(path, value, ephemeral=ephemeral)
+
+    def delete(self, path: str) -> None:
+        self._count("delete")
+        self._inner.delete(path)
+
+    def transaction(self, ops: Sequence[Op]) -> None:
+        sent = sum(len(op.value) for op in ops if isinstance(op, (Create, Set)))
+        self._count("transaction", sent=sent)
+        self._inner.transaction(ops)
+
+    def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
+        return self._inner.watch(path, callback, initial=initial)
+
+    def flush_events(self, timeout: float = 5.0) -> bool:
+        return self._inner.flush_events(timeout)
+
+    def lock(self, path: str, timeout: float | None = None) -> AbstractContextManager[None]:
+        from registry.recipes.lock import Lock
+
+        return Lock(self, path).hold(timeout)
+
+    def add_listener(self, callback: ListenerCallback) -> None:
+        self._inner.add_listener(callback)
+
+    def remove_listener(self, callback: ListenerCallback) -> None:
+        self._inner.remove_listener(callback)
+
+    def server_time(self) -> float:
+        self._count("server_time")
+        return self._inner.server_time()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> CountingRegistry:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
