@@ -93,7 +93,24 @@ def _split_hosts(backend: str, netloc: str) -> tuple[tuple[str, int], ...]:
 
 
 def parse_url(url: str, **overrides: object) -> RegistryURL:
-    """Parse ``url``; keyword ``overrides`` take precedence over its query options."""
+    """Parse ``url``; keyword ``overrides`` take precedence over its query options.
+
+    A password holding an unencoded reserved character (``/``, ``?``, ``#``, ``@``) breaks
+    the URL apart; whatever the complaint, no piece of the text before the last ``@`` is
+    echoed in it."""
+    try:
+        return _parse(url, overrides)
+    except ValueError as exc:
+        message = str(exc)
+        if isinstance(url, str) and "@" in url:
+            secret = url.partition("://")[2].rpartition("@")[0]
+            for piece in sorted(re.split(r"[/?#:@&=,]", secret), key=len, reverse=True):
+                if len(piece) > 1:
+                    message = message.replace(piece, "***")
+        raise ValueError(message) from None
+
+
+def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
     if not isinstance(url, str):
         raise ValueError(f"registry URL must be a str, got {type(url).__name__}")
     scheme, sep, rest = url.partition("://")

@@ -79,6 +79,8 @@ class Assignment:
     items: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     strategy: str = ""
     leader: str = ""
+    #: version of the leader node under which the leader wrote this (its term)
+    leader_version: int = 0
 
     def items_of(self, instance_id: str) -> tuple[int, ...]:
         return self.items.get(instance_id, ())
@@ -93,8 +95,8 @@ class Assignment:
                 return instance
         return None
 
-    def with_state(self, state: AssignmentState, leader: str) -> Assignment:
-        return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader)
+    def with_state(self, state: AssignmentState, leader: str, leader_version: int) -> Assignment:
+        return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader, leader_version)
 
     def as_lists(self) -> dict[str, list[int]]:
         return {instance: list(items) for instance, items in self.items.items()}
@@ -108,6 +110,7 @@ class Assignment:
                 "total": self.total,
                 "strategy": self.strategy,
                 "leader": self.leader,
+                "leader_version": self.leader_version,
                 "items": {instance: encode_items(items) for instance, items in sorted(self.items.items())},
             },
             sort_keys=True,
@@ -140,6 +143,7 @@ class Assignment:
                 items=items,
                 strategy=str(doc.get("strategy", "")),
                 leader=str(doc.get("leader", "")),
+                leader_version=int(doc.get("leader_version", 0)),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptNodeError(

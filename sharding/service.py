@@ -155,6 +155,11 @@ class ShardingService:
         return self._cache
 
     @property
+    def leader_version(self) -> int | None:
+        """The version of the leader node this instance created (its term), if leader."""
+        return self._election.leader_version
+
+    @property
     def registered(self) -> bool:
         """This instance's node, as last written by it, is in the registry (per the cache)."""
         version = self._registration.version
@@ -168,7 +173,7 @@ class ShardingService:
         self._started = True
         if self._own_cache:
             self._cache.start()
-        self._cache.add_listener(self._on_change)
+        self._cache.add_listener(self._on_change, under=self.paths.root)
         self._reg.add_listener(self._on_session)
         server, status = self.paths.server(self.identity.ip), ENABLED if server_enabled else DISABLED
         self._reg.put(server, status)
@@ -184,7 +189,7 @@ class ShardingService:
         if not self._started or self._stopping:
             return
         self._stopping = True
-        self._cache.remove_listener(self._on_change)
+        self._cache.remove_listener(self._on_change, under=self.paths.root)
         self._reg.remove_listener(self._on_session)
         try:
             # leave membership first, so the next leader computes without this instance
@@ -231,6 +236,10 @@ class ShardingService:
         except (UnicodeDecodeError, ValueError) as exc:
             self._report_corrupt(self.paths.disabled_items, -1, str(exc))
             return set()
+
+    def resharding_pending(self) -> bool:
+        """A resharding is flagged or under way (dataflow streaming stops for it)."""
+        return self._ready() is None
 
     def current(self) -> Assignment | None:
         """The assignment as cached (READY or not); None when absent or corrupt."""
@@ -410,6 +419,7 @@ class ShardingService:
         leader_version = self._election.leader_version
         if leader_version is None:
             return False
+        fence_ops = self._election.fence_ops()
         flag = self._reg.get_node(self.paths.necessary)
         node = self._reg.get_node(self.paths.assignment)
         previous = None
@@ -428,17 +438,18 @@ class ShardingService:
             settings = self._settings
         me = self.identity.instance_id
         planned = self._compute(settings, previous)  # a faulty strategy fails before any write
-        leader_check = Check(self.paths.leader, leader_version)
         if previous is None or previous.state is AssignmentState.READY or node is None:
-            fence = Assignment(epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me)
+            fence = Assignment(
+                epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me, leader_version
+            )
             if previous is not None:
-                fence = previous.with_state(AssignmentState.RESHARDING, me)
+                fence = previous.with_state(AssignmentState.RESHARDING, me, leader_version)
             write: Create | Set = (
                 Create(self.paths.assignment, fence.encode())
                 if node is None
                 else Set(self.paths.assignment, fence.encode(), node.version)
             )
-            if not self._transact([leader_check, write]):
+            if not self._transact([*fence_ops, write]):
                 return None if self.is_leader else False
             node = self._reg.get_node(self.paths.assignment)
             if node is None:
@@ -446,11 +457,10 @@ class ShardingService:
         if settings.monitor_execution and not self._wait_runs_finished():
             return False
         planned = self._compute(settings, previous)
-        new = Assignment(epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me)
-        ops: list[Check | Set | Delete] = [
-            leader_check,
-            Set(self.paths.assignment, new.encode(), node.version),
-        ]
+        new = Assignment(
+            epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version
+        )
+        ops: list[Check | Set | Delete] = [*fence_ops, Set(self.paths.assignment, new.encode(), node.version)]
         if flag is not None:
             ops.append(Delete(self.paths.necessary, flag.version))
         if not self._transact(ops):
@@ -486,7 +496,7 @@ class ShardingService:
             self._reg.transaction(list(ops))
             return True
         except TransactionError as exc:
-            if exc.index == 0:
+            if exc.index in (0, 1):  # the fence: leader node and term
                 log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
             else:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)

@@ -39,8 +39,9 @@ class Link(abc.ABC):
 class Participant(abc.ABC):
     """Another client, in another process where the backend allows, that a test can kill.
 
-    ``action`` is ``"ephemeral"`` (create ``path`` as an ephemeral node) or ``"lock"``
-    (take ``reg.lock(path)`` and hold it). ``ready()`` returns once the action is done.
+    ``action`` is ``"ephemeral"`` (create ``path`` as an ephemeral node), ``"lock"`` (take
+    ``reg.lock(path)`` and hold it) or ``"member"`` (run a sharding service for the job at
+    ``path`` with args ``instance_id total``). ``ready()`` returns once the action is done.
     """
 
     @abc.abstractmethod
@@ -100,8 +101,8 @@ class Harness(abc.ABC):
         """A severable connection path to the server."""
 
     @abc.abstractmethod
-    def participant(self, url: str, action: str, path: str) -> Participant:
-        """Start another client on ``url`` doing ``action`` on ``path``."""
+    def participant(self, url: str, action: str, path: str, *args: str) -> Participant:
+        """Start another client on ``url`` doing ``action`` on ``path`` (see Participant)."""
 
     def unreachable_url(self, **options: Any) -> str:
         """A URL on which nothing answers (memory has none: it never fails to connect)."""

@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import cast
 
 from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
@@ -284,8 +283,7 @@ class MemoryStore:
             for op in ops:
                 if isinstance(op, Create):
                     self._make_parents(op.path)
-                    staged_value, staged_owner = cast("tuple[bytes, int | None]", staged[op.path])
-                    self._insert(op.path, staged_value, staged_owner)
+                    self._insert(op.path, op.value, session_id if op.ephemeral else None)
                 elif isinstance(op, Set):
                     self._update(op.path, self._nodes[op.path], op.value)
                 elif isinstance(op, Delete) and op.path in self._nodes:

@@ -32,7 +32,10 @@ class TreeCache:
         self._nodes: dict[str, Node] = {}
         self._kids: dict[str, set[str]] = {}
         self._changed = threading.Condition()
-        self._listeners: list[ChangeListener] = []
+        # listeners by the subtree they follow: an event reaches only those at or above its
+        # path, found by walking its few ancestors, so 1,000 jobs sharing one cache cost
+        # O(depth) per event, not O(jobs)
+        self._listeners: dict[str, list[ChangeListener]] = {}
         self._watch: Watch | None = None
 
     @property
@@ -54,13 +57,22 @@ class TreeCache:
             self._watch.cancel()
             self._watch = None
 
-    def add_listener(self, listener: ChangeListener) -> None:
-        """Called (on the registry's event thread) after each change is applied."""
-        self._listeners.append(listener)
+    def add_listener(self, listener: ChangeListener, under: str | None = None) -> None:
+        """Call ``listener`` (on the registry's event thread) after each change applied at
+        or below ``under`` (default: the whole cached subtree)."""
+        path = self._root if under is None else under
+        self._check(path)
+        with self._changed:
+            self._listeners.setdefault(path, []).append(listener)
 
-    def remove_listener(self, listener: ChangeListener) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+    def remove_listener(self, listener: ChangeListener, under: str | None = None) -> None:
+        path = self._root if under is None else under
+        with self._changed:
+            listeners = self._listeners.get(path, [])
+            if listener in listeners:
+                listeners.remove(listener)
+            if not listeners:
+                self._listeners.pop(path, None)
 
     # -- reads (no round trip) -----------------------------------------------------------
     def get(self, path: str) -> bytes | None:
@@ -113,5 +125,14 @@ class TreeCache:
                 if event.path != self._root:
                     self._kids.setdefault(parent(event.path), set()).add(event.path)
             self._changed.notify_all()
-        for listener in list(self._listeners):
+            targets = [fn for p in _self_and_ancestors(event.path) for fn in self._listeners.get(p, ())]
+        for listener in targets:
             listener(event)
+
+
+def _self_and_ancestors(path: str) -> list[str]:
+    out = [path]
+    while path != "/":
+        path = parent(path)
+        out.append(path)
+    return out

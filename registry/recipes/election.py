@@ -4,10 +4,13 @@ The leader is the client whose ephemeral node sits at the election path; everyon
 watches that path (no polling) and tries again when it is deleted. Leadership therefore
 ends with the leader's session, on ``resign()``, or on ``stop()``.
 
-Invariant: ``leader_version`` is the version of the leader node this client created; a
-write that must come from the current leader only includes ``Check(path, leader_version)``
-in its transaction, so a stale leader (session expired, node re-created by another) fails
-instead of writing.
+Winning also advances a persistent *term* node (``<parent>/term``) in the same
+transaction. Invariant: every write that must come from the current leader includes
+``fence_ops()`` — the leader node exists and the term node is still at the version this
+client's win left it at — so a stale leader (session expired, someone else elected since)
+fails instead of writing. The term is what makes this airtight on every backend: a
+re-created leader node may carry the same version as its predecessor (ZooKeeper restarts
+data versions at 0), the never-deleted term node cannot.
 """
 
 from __future__ import annotations
@@ -16,8 +19,19 @@ import logging
 import threading
 from collections.abc import Callable
 
-from registry.errors import NodeExistsError, RegistryError, TransactionError
-from registry.protocol import Delete, Event, EventKind, RegistryCenter, SessionState, Watch
+from registry.errors import RegistryError, TransactionError
+from registry.paths import join, parent
+from registry.protocol import (
+    Check,
+    Create,
+    Delete,
+    Event,
+    EventKind,
+    RegistryCenter,
+    SessionState,
+    Set,
+    Watch,
+)
 
 __all__ = ["LeaderElection"]
 
@@ -42,8 +56,10 @@ class LeaderElection:
         self._on_elected = on_elected
         self._on_revoked = on_revoked
         self._lock = threading.RLock()
-        self._version: int | None = None
+        self._term_path = join(parent(path), "term")
+        self._version: int | None = None  # the term node's version while we lead
         self._participating = False
+        self._stopped = False  # after stop(), nothing makes this client campaign again
         self._watch: Watch | None = None
 
     @property
@@ -60,7 +76,19 @@ class LeaderElection:
 
     @property
     def leader_version(self) -> int | None:
+        """The term node's version of our win, while leading (the fencing token)."""
         return self._version
+
+    @property
+    def term_path(self) -> str:
+        return self._term_path
+
+    def fence_ops(self) -> list[Check]:
+        """Checks to put first in a transaction that only the current leader may apply."""
+        version = self._version
+        if version is None:
+            raise RegistryError(f"not the leader at {self._path}")
+        return [Check(self._path), Check(self._term_path, version)]
 
     def leader(self) -> str | None:
         """The current leader's identifier, read from the registry."""
@@ -78,9 +106,10 @@ class LeaderElection:
         self.campaign()
 
     def stop(self) -> None:
-        """Leave the election, handing leadership over at once if held."""
+        """Leave the election for good, handing leadership over at once if held."""
         with self._lock:
             self._participating = False
+            self._stopped = True
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -95,9 +124,9 @@ class LeaderElection:
         if version is None:
             return
         try:
-            self._reg.transaction([Delete(self._path, version)])
+            self._reg.transaction([Check(self._term_path, version), Delete(self._path)])
         except TransactionError:
-            pass  # already gone or someone else's: nothing of ours to delete
+            pass  # another term began: the node (if any) is someone else's
         except RegistryError:
             log.warning("resigning %s failed; the session's end will release it", self._path, exc_info=True)
         self._revoked()
@@ -110,38 +139,57 @@ class LeaderElection:
 
     def resume(self) -> None:
         with self._lock:
+            if self._stopped:
+                return
             self._participating = True
         self.campaign()
 
     def campaign(self) -> bool:
-        """Try once to become leader; True if this client leads afterwards."""
+        """Try to become leader; True if this client leads afterwards."""
         with self._lock:
             if not self._participating:
                 return False
             if self._version is not None:
                 return True
-            try:
-                self._reg.create(self._path, self._identifier, ephemeral=True)
-            except NodeExistsError:
-                return self._adopt_existing()
-            except RegistryError:
-                log.warning("campaign for %s failed; retrying on the next change", self._path, exc_info=True)
+            for _ in range(10):
+                term = self._reg.get_node(self._term_path)
+                advance = (
+                    Create(self._term_path, b"1")
+                    if term is None
+                    else Set(self._term_path, str(_term_number(term.value) + 1).encode(), term.version)
+                )
+                try:
+                    self._reg.transaction([Create(self._path, self._identifier, ephemeral=True), advance])
+                except TransactionError as exc:
+                    if exc.index == 0:
+                        return self._adopt_existing()
+                    continue  # another candidate advanced the term meanwhile: read it again
+                except RegistryError:
+                    log.warning(
+                        "campaign for %s failed; retrying on the next change", self._path, exc_info=True
+                    )
+                    return False
+                won = self._reg.get_node(self._term_path)
+                if won is None:
+                    return False
+                self._version = won.version
+                break
+            else:
                 return False
-            node = self._reg.get_node(self._path)
-            if node is None or node.value != self._identifier:
-                return False
-            self._version = node.version
         self._elected()
         return True
 
     def _adopt_existing(self) -> bool:
         """Our own node may survive a reconnect with the session intact: keep leading."""
         node = self._reg.get_node(self._path)
-        if node is not None and node.value == self._identifier and node.ephemeral:
-            self._version = node.version
-            self._elected()
-            return True
-        return False
+        if node is None or node.value != self._identifier or not node.ephemeral:
+            return False
+        term = self._reg.get_node(self._term_path)
+        if term is None:
+            return False
+        self._version = term.version
+        self._elected()
+        return True
 
     def _on_event(self, event: Event) -> None:
         if event.path != self._path:
@@ -171,3 +219,10 @@ class LeaderElection:
         log.info("%s: no longer leader at %s", self._identifier.decode(errors="replace"), self._path)
         if self._on_revoked is not None:
             self._on_revoked()
+
+
+def _term_number(raw: bytes) -> int:
+    try:
+        return int(raw.decode())
+    except (UnicodeDecodeError, ValueError):
+        return 0  # overwritten by someone else: the version still fences, restart counting

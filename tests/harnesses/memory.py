@@ -15,6 +15,7 @@ import registry
 from registry.backends.base import BaseRegistry
 from registry.backends.memory import MemoryRegistry, MemoryStore
 from tests.harness import Harness, Link, Participant
+from tests.participant import start_member
 
 
 class MemoryLink(Link):
@@ -38,17 +39,17 @@ class MemoryLink(Link):
 class MemoryParticipant(Participant):
     """A client on a private link, driven by a thread (the memory store is in-process)."""
 
-    def __init__(self, store: MemoryStore, url: str, action: str, path: str) -> None:
+    def __init__(self, store: MemoryStore, url: str, action: str, path: str, *args: str) -> None:
         self._store = store
         self._link = "participant" + uuid.uuid4().hex[:8]
         self._ready = threading.Event()
         self._release = threading.Event()
         self._error: BaseException | None = None
         self._client: BaseRegistry = registry.connect(url, link=self._link)
-        self._thread = threading.Thread(target=self._run, args=(action, path), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(action, path, args), daemon=True)
         self._thread.start()
 
-    def _run(self, action: str, path: str) -> None:
+    def _run(self, action: str, path: str, args: tuple[str, ...]) -> None:
         try:
             if action == "ephemeral":
                 self._client.create(path, b"participant", ephemeral=True)
@@ -56,6 +57,10 @@ class MemoryParticipant(Participant):
                 self._release.wait()
             elif action == "lock":
                 with self._client.lock(path):
+                    self._ready.set()
+                    self._release.wait()
+            elif action == "member":
+                with start_member(self._client, path, *args):
                     self._ready.set()
                     self._release.wait()
             else:
@@ -111,8 +116,8 @@ class MemoryHarness(Harness):
         self._links.append(link)
         return link
 
-    def participant(self, url: str, action: str, path: str) -> Participant:
-        return MemoryParticipant(self.store, url, action, path)
+    def participant(self, url: str, action: str, path: str, *args: str) -> Participant:
+        return MemoryParticipant(self.store, url, action, path, *args)
 
     def unreachable_url(self, **options: Any) -> str:
         down = MemoryStore.named("down-" + uuid.uuid4().hex[:8])

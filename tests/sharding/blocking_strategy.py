@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from sharding.strategies import avg_allocation
 
 entered = threading.Event()
+returned = threading.Event()
 _released = threading.Event()
 _armed = threading.Event()
 _lock = threading.Lock()
@@ -16,6 +17,7 @@ _lock = threading.Lock()
 
 def reset() -> None:
     entered.clear()
+    returned.clear()
     _released.clear()
     _armed.clear()
 
@@ -36,6 +38,7 @@ def assign(instances: Sequence[str], job_name: str, total: int) -> dict[str, lis
             entered.set()
     if hold:
         _released.wait(60)
+        returned.set()
     return avg_allocation(instances, job_name, total)
 
 

@@ -237,21 +237,36 @@ def test_disabled_leader_server_gives_up_leadership(harness: Harness, executor: 
 
 def test_stale_leader_cannot_write_its_assignment(harness: Harness, executor: ThreadPoolExecutor) -> None:
     """The leader's session expires between computing and writing: its write fails and
-    the next leader's assignment wins."""
+    the next leader's assignment wins (whoever that is: the expired instance may win the
+    election again with its new session, but never writes under its old term)."""
     blocking_strategy.reset()
     cluster = Cluster(harness, executor, total=4, strategy="tests.sharding.blocking_strategy:assign")
     first = cluster.add(ids(1)[0])
     wait_for(lambda: first.is_leader, 10, message="first leads")
+    stale_term = first.leader_version
     blocking_strategy.block()
     second = cluster.add(ids(2)[0])  # the join makes the leader reshard: it blocks in the strategy
     assert blocking_strategy.entered.wait(20), "the leader never computed"
+    written: list[Assignment] = []
+    observer = cluster.connect()
+    path = JobPaths(JOB).assignment
+    observer.watch(path, lambda e: written.append(Assignment.decode(path, e.value)) if e.value else None)
     harness.expire_session(cluster.regs[ids(1)[0]])
-    wait_for(lambda: second.is_leader, cluster.timeout + 10, message="second takes over")
+    wait_for(
+        lambda: second.is_leader or (first.is_leader and first.leader_version != stale_term),
+        cluster.timeout + 10,
+        message="a new term",
+    )
     blocking_strategy.release()
+    assert blocking_strategy.returned.wait(20)
+    first.reshard()  # returns once the stale attempt (holding the same lock) has ended
     view = cluster.settled(set(cluster.services))
-    current = second.current()
-    assert current is not None and current.leader == ids(2)[0]
     assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
+    observer.flush_events()
+    stale = [a for a in written if a.leader == ids(1)[0] and a.leader_version == stale_term]
+    assert stale == [], "the expired leader wrote under its old term"
+    final = second.current()
+    assert final is not None and final.leader == second.leader() and final.leader_version > 0
 
 
 def test_faulty_custom_strategy_rejected_before_anything_is_written(

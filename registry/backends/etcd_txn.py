@@ -1,0 +1,250 @@
+"""Builds etcd requests for the registry's writes and reads back why a transaction failed.
+
+The key of a node is its stored path; a parent is an explicit key with an empty value.
+Invariants kept here:
+- a node and its missing parents are written in ONE etcd transaction whose compares pin
+  every parent it relies on (present ones ``version > 0``, missing ones ``version == 0``);
+- a delete removes the key and the range ``key + "/"`` and nothing else (a single range
+  from ``key`` would also hit siblings such as ``key-1``, which sort before ``key/``);
+- every transaction reads back, in its failure branch, each key it compared, so the
+  reason of a failure is known atomically, without a second round trip;
+- no request exceeds etcd's 128 operations per list, and no key is written twice
+  (etcd refuses both with INVALID_ARGUMENT): such requests are refused before sending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyetcd import etcdrpc
+from pyetcd.utils import prefix_range_end
+
+from registry.backends.base import TxnOpFailed
+from registry.errors import TransactionError
+from registry.paths import ancestors, is_below
+from registry.protocol import Check, Create, Delete, Node, Op, Set
+
+__all__ = [
+    "ETCD_MAX_TXN_OPS",
+    "Plan",
+    "analyse_failure",
+    "creates_parents",
+    "delete_ops",
+    "enc",
+    "kv_node",
+    "mod_cmp",
+    "plan_create",
+    "plan_transaction",
+    "put_op",
+    "range_op",
+    "read_states",
+    "subtree_prefix",
+    "version_cmp",
+]
+
+ETCD_MAX_TXN_OPS = 128  # etcd's --max-txn-ops default, per compare/success/failure list
+
+_EQ = etcdrpc.Compare.EQUAL
+_GT = etcdrpc.Compare.GREATER
+
+
+def enc(path: str) -> bytes:
+    return path.encode("utf-8")
+
+
+def subtree_prefix(path: str) -> str:
+    """The key prefix of everything strictly below ``path``."""
+    return "/" if path == "/" else path + "/"
+
+
+def kv_node(kv: Any) -> Node:
+    return Node(value=bytes(kv.value), version=int(kv.mod_revision), ephemeral=kv.lease != 0)
+
+
+def version_cmp(path: str, result: int, version: int) -> Any:
+    return etcdrpc.Compare(key=enc(path), target=etcdrpc.Compare.VERSION, result=result, version=version)
+
+
+def mod_cmp(path: str, mod_revision: int) -> Any:
+    return etcdrpc.Compare(key=enc(path), target=etcdrpc.Compare.MOD, result=_EQ, mod_revision=mod_revision)
+
+
+def put_op(key: bytes, value: bytes, *, lease: int = 0, keep_lease: bool = False) -> Any:
+    # ignore_lease keeps the lifetime of an existing key: a put must not turn an
+    # ephemeral node persistent or the reverse (pyetcd's Put cannot express it)
+    request = etcdrpc.PutRequest(key=key, value=value, lease=lease, ignore_lease=keep_lease)
+    return etcdrpc.RequestOp(request_put=request)
+
+
+def range_op(key: bytes, range_end: bytes = b"") -> Any:
+    return etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key, range_end=range_end))
+
+
+def delete_ops(path: str) -> list[Any]:
+    below = enc(subtree_prefix(path))
+    return [
+        etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=enc(path))),
+        etcdrpc.RequestOp(
+            request_delete_range=etcdrpc.DeleteRangeRequest(key=below, range_end=prefix_range_end(below))
+        ),
+    ]
+
+
+def read_states(paths: Sequence[str], responses: Iterable[Any]) -> dict[str, Any]:
+    """Map each path to its kv (or ``None``) from the range responses read for them."""
+    states: dict[str, Any] = {}
+    for path, response in zip(paths, responses, strict=True):
+        kvs = response.response_range.kvs
+        states[path] = kvs[0] if kvs else None
+    return states
+
+
+@dataclass
+class Plan:
+    """One etcd transaction and the keys its failure branch reads, in order."""
+
+    compares: list[Any]
+    success: list[Any]
+    reads: list[str]
+    guarded: list[str]  # parents pinned by compares (their failure means: re-plan)
+    # ``version > 0`` guards of parents that exist; dropped only when a transaction of
+    # etcd's maximum size leaves no room for them (see plan_transaction)
+    optional: list[Any] = field(default_factory=list)
+
+    def guards_fit(self) -> bool:
+        return len(self.compares) + len(self.optional) <= ETCD_MAX_TXN_OPS
+
+    def request(self) -> Any:
+        """The request; without the optional guards if they do not fit (the caller must
+        then have read the parents: see ``guards_fit``)."""
+        compares = self.compares + self.optional if self.guards_fit() else self.compares
+        _check_size("compares", compares)
+        _check_size("operations", self.success)
+        _check_size("reads", self.reads)
+        return etcdrpc.TxnRequest(
+            compare=compares,
+            success=self.success,
+            failure=[range_op(enc(p)) for p in self.reads],
+        )
+
+
+def _guard_parents(parents: Sequence[str], missing: set[str], plan: Plan) -> None:
+    """Pin the parents a write relies on.
+
+    A missing parent is put, guarded by ``version == 0`` (never clobber one that appeared).
+    A present parent is guarded by ``version > 0`` only if no other present parent lies
+    below it: deletes are recursive, so while the deeper one exists so does it.
+    """
+    present = [p for p in parents if p not in missing]
+    covered = {a for p in present for a in ancestors(p)}
+    for parent in parents:
+        if parent in missing:
+            plan.compares.append(version_cmp(parent, _EQ, 0))
+            plan.success.append(put_op(enc(parent), b""))
+            plan.guarded.append(parent)
+        elif parent not in covered:
+            plan.optional.append(version_cmp(parent, _GT, 0))
+            plan.guarded.append(parent)
+
+
+def plan_create(path: str, value: bytes, lease: int, missing: set[str]) -> Plan:
+    """Create ``path`` if absent, with the parents in ``missing`` (the rest must exist).
+
+    The failure branch reads the node and every parent, so a re-plan knows them exactly.
+    """
+    parents = ancestors(path)
+    plan = Plan(compares=[version_cmp(path, _EQ, 0)], success=[], reads=[path, *parents], guarded=[])
+    _guard_parents(parents, missing, plan)
+    plan.success.append(put_op(enc(path), value, lease=lease))
+    return plan
+
+
+def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str], display: Callable[[str], str]) -> Plan:
+    """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents.
+
+    etcd bounds the compares of a request to 128, nested transactions included, and a
+    registry transaction may hold 128 ops. When the ops leave no room for the guards of
+    parents that exist (``guards_fit()`` is false), those guards are left out, so the
+    caller must first have read which parents exist; a recursive delete of such a parent
+    racing with the transaction could then leave the new nodes without their parent key.
+    The failure branch reads only the ops' keys; after a guard failed the caller re-reads
+    the parents itself.
+    """
+    _refuse_writes_below_deletes(ops, display)
+    plan = Plan(compares=[], success=[], reads=[], guarded=[])
+    targets: dict[str, Op] = {}
+    for op in ops:
+        targets.setdefault(op.path, op)
+        if isinstance(op, Create):
+            plan.compares.append(version_cmp(op.path, _EQ, 0))
+            plan.success.append(put_op(enc(op.path), op.value, lease=lease if op.ephemeral else 0))
+        elif op.version is not None:
+            plan.compares.append(mod_cmp(op.path, op.version))
+        else:
+            plan.compares.append(version_cmp(op.path, _GT, 0))
+        if isinstance(op, Set):
+            plan.success.append(put_op(enc(op.path), op.value, keep_lease=True))
+        elif isinstance(op, Delete):
+            plan.success.extend(delete_ops(op.path))
+    plan.reads = list(targets)
+    parents: dict[str, None] = {}
+    for op in ops:
+        if isinstance(op, Create):
+            # a parent that another op creates, sets or checks needs no guard of its own
+            parents.update((p, None) for p in ancestors(op.path) if p not in targets)
+    _guard_parents(list(parents), missing, plan)
+    return plan
+
+
+def creates_parents(ops: Sequence[Op]) -> list[str]:
+    """Every parent of every Create in ``ops``, for an exact re-read after a guard failed."""
+    found: dict[str, None] = {}
+    for op in ops:
+        if isinstance(op, Create):
+            found.update((p, None) for p in ancestors(op.path))
+    return list(found)
+
+
+def analyse_failure(ops: Sequence[Op], plan: Plan, responses: Iterable[Any]) -> None:
+    """Raise ``TxnOpFailed`` for the first op (in caller order) whose compare failed.
+
+    Returning means a parent guard failed: the caller re-reads the parents and re-plans.
+    """
+    states = read_states(plan.reads, responses)
+    for index, op in enumerate(ops):
+        kv = states.get(op.path)
+        if isinstance(op, Create):
+            if kv is not None:
+                raise TxnOpFailed(index, "exists")
+        elif kv is None:
+            raise TxnOpFailed(index, "no_node")
+        elif op.version is not None and int(kv.mod_revision) != op.version:
+            raise TxnOpFailed(index, "bad_version")
+
+
+def _check_size(name: str, entries: Sequence[Any]) -> None:
+    if len(entries) > ETCD_MAX_TXN_OPS:
+        raise TransactionError(
+            f"transaction needs {len(entries)} etcd {name}; etcd allows at most {ETCD_MAX_TXN_OPS} per list"
+        )
+
+
+def _refuse_writes_below_deletes(ops: Sequence[Op], display: Callable[[str], str]) -> None:
+    # etcd refuses a put inside a range deleted by the same transaction ("duplicate key")
+    deletes = [(i, op.path) for i, op in enumerate(ops) if isinstance(op, Delete)]
+    if not deletes:
+        return
+    for index, op in enumerate(ops):
+        if isinstance(op, Check):
+            continue
+        written = [op.path] if isinstance(op, Set) else []
+        if isinstance(op, Create):
+            written = [op.path, *ancestors(op.path)]
+        for deleted_index, root in deletes:
+            if any(w != root and is_below(w, root) for w in written):
+                raise ValueError(
+                    f"transaction op {index} writes {display(op.path)!r} inside the subtree that "
+                    f"op {deleted_index} deletes ({display(root)!r}); split it into two transactions"
+                )

@@ -1,0 +1,353 @@
+"""Watch supervision for the etcd backend: one thread per client owns every watch.
+
+pyetcd's stream callbacks only enqueue. The supervisor thread takes the queue in order,
+turns etcd events into ``_notify`` calls, and repairs watches:
+
+- it tracks, per watch, the last revision it delivered and drops anything at or below it
+  (a half-closed old stream may repeat events);
+- when a stream breaks (server restart, dropped connection) it re-subscribes every watch
+  from its last revision + 1 once the server answers, so the changes made meanwhile are
+  replayed in order; if that revision was compacted it re-reads the subtree and calls
+  ``_resync`` so the difference arrives as events;
+- a watch refused by the server (id -1, e.g. an expired token) gets a new token and a new
+  stream; the old stream is aborted, never left running.
+
+A ``sentinel`` watch on a key no node can have keeps a stream open at all times, so a
+dropped connection is noticed at once (``on_trouble`` wakes the lease keeper) even when
+the client watches nothing.
+
+Invariant: every subscribe, cancel and notification happens on the supervisor thread, so
+events of one watch are delivered in revision order and never after its cancellation.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyetcd import etcdrpc
+from pyetcd import events as etcd_events
+from pyetcd import exceptions as etcd_exc
+from pyetcd.utils import prefix_range_end
+
+from registry.backends.base import WatchRegistration
+from registry.backends.etcd_conn import EtcdConnection
+from registry.backends.etcd_errors import translate
+from registry.backends.etcd_stream import WatchStream
+from registry.backends.etcd_txn import enc, kv_node, range_op, subtree_prefix
+from registry.errors import RegistryConnectionError, RegistryError
+from registry.protocol import EventKind, Node
+
+__all__ = ["WatchSupervisor"]
+
+log = logging.getLogger("registry.etcd")
+
+Notify = Callable[[WatchRegistration, EventKind, str, "Node | None"], None]
+Resync = Callable[[WatchRegistration, Mapping[str, Node], bool], None]  # (registration, nodes, emit)
+
+_RETRY_MIN = 0.05
+_RETRY_MAX = 1.0
+
+
+class _Compacted(Exception):
+    """The revision a watch should resume from is gone: re-read the subtree."""
+
+
+@dataclass(eq=False)
+class _Sub:
+    registration: WatchRegistration | None  # None: the sentinel
+    key: bytes
+    range_end: bytes
+    last_rev: int = 0  # highest revision delivered; resume from last_rev + 1
+    generation: int = 0  # bumped per subscription; stale callbacks carry an older one
+    watch_id: int | None = None
+    stream: WatchStream | None = None
+    cancelled: bool = False
+    needs_snapshot: bool = False
+    retry_at: float | None = None
+    delay: float = _RETRY_MIN
+
+
+class WatchSupervisor:
+    """Owns the watch stream(s) and the thread that processes their responses."""
+
+    def __init__(
+        self,
+        conn: EtcdConnection,
+        notify: Notify,
+        resync: Resync,
+        on_trouble: Callable[[], None],
+        sentinel_key: str,
+        name: str,
+    ) -> None:
+        self._conn = conn
+        self._notify = notify
+        self._resync = resync
+        self._on_trouble = on_trouble
+        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._subs: list[_Sub] = []  # touched only on the supervisor thread
+        self._stream: WatchStream | None = None
+        self._stopped = False
+        self._sentinel = _Sub(None, enc(sentinel_key), b"")
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # -- API for the registry (caller threads) --------------------------------------------
+    def start(self) -> None:
+        """Start the thread and open the sentinel watch (not fatal if refused)."""
+        self._thread.start()
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._queue.put(("subscribe", self._sentinel, done))
+        try:
+            done.result(timeout=self._conn.call_timeout + 1)
+        except Exception as exc:
+            log.debug("etcd sentinel watch not established yet: %s", exc)
+
+    def add(self, registration: WatchRegistration, initial: bool) -> None:
+        """Read the subtree, report it (``initial``), then watch from the next revision."""
+        snapshot, revision = self.snapshot(registration)
+        self._resync(registration, snapshot, initial)
+        below = enc(subtree_prefix(registration.root))
+        start = enc(registration.root) if _includes_root(registration) else below
+        sub = _Sub(registration, start, prefix_range_end(below), revision)
+        registration.backend_state = sub
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._queue.put(("subscribe", sub, done))
+        try:
+            done.result(timeout=self._conn.call_timeout * 2 + 1)
+        except concurrent.futures.TimeoutError:
+            self.remove(registration)
+            raise RegistryConnectionError(
+                f"etcd at {self._conn.servers}: watch on {registration.watch.path!r} not established in time"
+            ) from None
+        except BaseException:
+            sub.cancelled = True
+            raise
+
+    def remove(self, registration: WatchRegistration) -> None:
+        sub = registration.backend_state
+        if isinstance(sub, _Sub):
+            sub.cancelled = True
+            self._queue.put(("cancel", sub, None))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stopped = True
+        self._queue.put(("stop", None, None))
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        if self._stream is not None:
+            self._stream.abort()
+
+    def snapshot(self, registration: WatchRegistration) -> tuple[dict[str, Node], int]:
+        """Every node the watch covers and the revision they were read at (one txn)."""
+        below = enc(subtree_prefix(registration.root))
+        reads = [range_op(below, prefix_range_end(below))]
+        if _includes_root(registration):
+            reads.insert(0, range_op(enc(registration.root)))
+        response = self._conn.txn(
+            etcdrpc.TxnRequest(compare=[], success=reads, failure=[]), idempotent=True, action="read"
+        )
+        nodes = {
+            kv.key.decode("utf-8", "replace"): kv_node(kv)
+            for r in response.responses
+            for kv in r.response_range.kvs
+        }
+        return nodes, int(response.header.revision)
+
+    # -- the supervisor thread ----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            wait = self._next_retry_in()
+            try:
+                kind, sub, payload = self._queue.get(timeout=wait)
+            except queue.Empty:
+                kind, sub, payload = "tick", None, None
+            if kind == "stop":
+                return
+            try:
+                self._handle(kind, sub, payload)
+                self._retry_due()
+            except Exception:
+                log.exception("etcd watch supervisor: unexpected failure; continuing")
+
+    def _handle(self, kind: str, sub: _Sub | None, payload: Any) -> None:
+        if kind == "tick" or sub is None:
+            return
+        if kind == "subscribe":
+            self._first_subscribe(sub, payload)
+        elif kind == "cancel":
+            self._cancel(sub)
+        elif kind == "response":
+            generation, response = payload
+            if generation == sub.generation and not sub.cancelled:
+                self._on_response(sub, response)
+
+    def _first_subscribe(self, sub: _Sub, done: concurrent.futures.Future[None] | None) -> None:
+        try:
+            self._subscribe(sub)
+        except _Compacted:
+            # compacted since our snapshot: the retry re-reads and emits the difference
+            sub.needs_snapshot = True
+            sub.retry_at = time.monotonic()
+        except Exception as exc:
+            if isinstance(exc, RegistryConnectionError):
+                self._on_trouble()
+            if sub is self._sentinel:
+                log.debug("etcd sentinel watch not established (%s); will retry", exc)
+                self._schedule(sub)
+                if done is not None:
+                    done.set_result(None)
+                return
+            if done is not None:
+                done.set_exception(_as_registry_error(exc, self._conn.servers))
+            return
+        if sub is not self._sentinel:
+            self._subs.append(sub)
+        if done is not None:
+            done.set_result(None)
+        if sub.cancelled:  # the caller gave up while we subscribed
+            self._cancel(sub)
+
+    def _cancel(self, sub: _Sub) -> None:
+        sub.cancelled = True
+        sub.generation += 1
+        if sub in self._subs:
+            self._subs.remove(sub)
+        if sub.stream is not None and sub.watch_id is not None:
+            sub.stream.cancel(sub.watch_id)
+        sub.watch_id = None
+
+    def _on_response(self, sub: _Sub, response: Any) -> None:
+        if isinstance(response, etcd_exc.RevisionCompactedError):
+            sub.needs_snapshot = True
+            self._broken(sub)
+        elif response is None or isinstance(response, BaseException):
+            self._on_trouble()
+            self._broken(sub)
+        elif sub.registration is not None:
+            self._deliver(sub, sub.registration, response)
+
+    def _deliver(self, sub: _Sub, registration: WatchRegistration, response: Any) -> None:
+        seen = sub.last_rev
+        for event in response.events:
+            revision = int(event.mod_revision)
+            if revision <= seen:
+                continue  # repeated by a stream we already replaced
+            path = event.key.decode("utf-8", "replace")
+            if isinstance(event, etcd_events.DeleteEvent):
+                self._notify(registration, EventKind.DELETED, path, None)
+            else:
+                kind = EventKind.CREATED if event.version == 1 else EventKind.UPDATED
+                self._notify(registration, kind, path, Node(bytes(event.value), revision, event.lease != 0))
+            sub.last_rev = max(sub.last_rev, revision)
+
+    def _broken(self, sub: _Sub) -> None:
+        sub.watch_id = None
+        sub.generation += 1  # later responses of the dead subscription are dropped
+        sub.delay = _RETRY_MIN
+        sub.retry_at = time.monotonic()
+
+    def _schedule(self, sub: _Sub) -> None:
+        sub.retry_at = time.monotonic() + sub.delay
+        sub.delay = min(sub.delay * 2, _RETRY_MAX)
+
+    def _next_retry_in(self) -> float | None:
+        due = [s.retry_at for s in (*self._subs, self._sentinel) if s.retry_at is not None]
+        return None if not due else max(0.0, min(due) - time.monotonic())
+
+    def _retry_due(self) -> None:
+        now = time.monotonic()
+        for sub in (self._sentinel, *self._subs):
+            if sub.retry_at is None or sub.retry_at > now or sub.cancelled or self._stopped:
+                continue
+            try:
+                if sub.needs_snapshot and sub.registration is not None:
+                    snapshot, revision = self.snapshot(sub.registration)
+                    self._resync(sub.registration, snapshot, True)
+                    sub.last_rev, sub.needs_snapshot = revision, False
+                self._subscribe(sub)
+                sub.retry_at, sub.delay = None, _RETRY_MIN
+                if sub is not self._sentinel:
+                    log.info("etcd watch on %s resumed from revision %d", sub.key.decode(), sub.last_rev + 1)
+            except _Compacted:
+                sub.needs_snapshot = True
+                sub.retry_at = time.monotonic()
+            except Exception as exc:
+                log.debug("re-subscribing etcd watch %r failed: %s", sub.key, exc)
+                if isinstance(exc, RegistryConnectionError):
+                    self._on_trouble()
+                self._schedule(sub)
+                if sub is self._sentinel and not isinstance(exc, RegistryConnectionError):
+                    sub.retry_at = None  # refused for good (permissions): the keeper still polls
+
+    # -- subscribing (supervisor thread only) -----------------------------------------------------
+    def _current_stream(self) -> WatchStream:
+        stream = self._stream
+        if stream is not None and stream.token_generation == self._conn.token_generation:
+            return stream
+        # a new token needs a new stream: the token travels once, when a stream opens
+        fresh = WatchStream(
+            self._conn.channel, self._conn.call_timeout, self._conn.metadata, self._conn.token_generation
+        )
+        self._stream = fresh
+        if stream is not None:
+            self._abandon(stream)
+        return fresh
+
+    def _abandon(self, stream: WatchStream) -> None:
+        for sub in (self._sentinel, *self._subs):
+            if sub.stream is stream and sub.watch_id is not None:
+                self._broken(sub)
+        stream.abort()
+
+    def _subscribe(self, sub: _Sub) -> None:
+        for renewed in (False, True):
+            stream = self._current_stream()
+            sub.generation += 1
+            generation = sub.generation
+
+            def callback(response: Any, sub: _Sub = sub, generation: int = generation) -> None:
+                self._queue.put(("response", sub, (generation, response)))
+
+            start = sub.last_rev + 1 if sub.last_rev else None
+            try:
+                watch_id = stream.add_callback(
+                    sub.key, callback, range_end=sub.range_end or None, start_revision=start
+                )
+            except etcd_exc.RevisionCompactedError:
+                raise _Compacted() from None
+            except Exception as exc:
+                raise _as_registry_error(exc, self._conn.servers) from exc
+            if watch_id is not None and watch_id >= 0:
+                sub.watch_id, sub.stream = watch_id, stream
+                return
+            stream.forget(watch_id)
+            if renewed:
+                break
+            # refused: most likely an expired token; renew it (the next stream uses it)
+            self._conn.reauthenticate(stream.token_generation)
+            if self._conn.token_generation == stream.token_generation:
+                break
+        raise RegistryError(
+            f"etcd at {self._conn.servers} refused to watch {sub.key.decode('utf-8', 'replace')!r} "
+            "(not authorised?)"
+        )
+
+
+def _includes_root(registration: WatchRegistration) -> bool:
+    """Whether the watched node itself is reported: not for the caller's root ``/``, which
+    is implicit on every backend (under a namespace it is the namespace's own key)."""
+    return registration.watch.path != "/"
+
+
+def _as_registry_error(exc: BaseException, servers: str) -> RegistryError:
+    if isinstance(exc, RegistryError):
+        return exc
+    if isinstance(exc, RuntimeError) and "aborted" in str(exc):
+        return RegistryConnectionError(f"etcd at {servers}: watch stream closed")
+    return translate(exc, "watch", servers)

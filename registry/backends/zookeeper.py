@@ -1,0 +1,358 @@
+"""``zk://`` — the registry on Apache ZooKeeper, through kazoo.
+
+``ZooKeeperRegistry(parsed)`` returns connected (``registry.connect("zk://...")``). The
+namespace is applied by the base class, so no kazoo chroot is used and the primitives here
+receive stored paths. Helpers: :mod:`zookeeper_io` (deadlines, retries, error map),
+:mod:`zookeeper_txn` (multi requests), :mod:`zookeeper_watch` (subtree watches).
+
+Invariants kept here:
+
+- a fixed set of threads per client: kazoo's three, plus one watch worker that does every
+  read a watch needs (kazoo's event thread is never blocked), plus the base's two;
+- session transitions map one to one: SUSPENDED when the connection drops, RECONNECTED
+  when it returns with the same session, LOST when the session expired, then CONNECTED on
+  the new session kazoo opens by itself; after RECONNECTED and CONNECTED every watch is
+  read again (kazoo forgets its watches whenever the connection drops);
+- with ``user:password`` every node this client creates, parents included, carries an ACL
+  giving that digest identity every right and everyone else READ only;
+- a failed connect leaves no kazoo thread running and names only the hosts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError as KzNodeExists
+from kazoo.exceptions import NoNodeError as KzNoNode
+from kazoo.exceptions import NotEmptyError
+from kazoo.protocol.states import KazooState
+from kazoo.retry import KazooRetry
+from kazoo.security import make_acl, make_digest_acl
+
+from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
+from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
+from registry.backends.zookeeper_txn import run_transaction
+from registry.backends.zookeeper_watch import TreeWatcher
+from registry.errors import NoNodeError, RegistryConnectionError, RegistryError
+from registry.paths import parent
+from registry.protocol import Node, Op, SessionState
+from registry.url import RegistryURL
+
+__all__ = ["ZooKeeperRegistry"]
+
+log = logging.getLogger("registry.zookeeper")
+
+# Races a loop tolerates (a node appearing or vanishing between two requests of one call)
+# before it gives up with an error rather than spinning.
+_RACE_ATTEMPTS = 8
+_CLOCK_NODE = "/.shardjob/clock"
+
+
+class _Attempt:
+    """One call run on the watch worker, its outcome read by the thread that waits."""
+
+    def __init__(self, fn: Callable[[], None], still_wanted: Callable[[], bool]) -> None:
+        self._fn = fn
+        self._still_wanted = still_wanted
+        self.done = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            if self._still_wanted():
+                self._fn()
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self.done.set()
+
+
+def _hosts_text(hosts: tuple[tuple[str, int], ...]) -> str:
+    return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in hosts)
+
+
+class ZooKeeperRegistry(BaseRegistry):
+    """A ZooKeeper session; see the module docstring."""
+
+    backend_name = "zookeeper"
+
+    def __init__(self, parsed: RegistryURL) -> None:
+        super().__init__(parsed)
+        self._hosts = _hosts_text(parsed.hosts)
+        self._closing = False
+        self._session_id: int | None = None
+        self._lost = False
+        self._state_guard = threading.Lock()
+        self._worker = Dispatcher(f"registry-zkwatch-{id(self):x}")
+        self._clock_path = self._ns.prefix + _CLOCK_NODE
+
+        auth_data: list[tuple[str, str]] | None = None
+        acl: list[Any] | None = None
+        if parsed.user is not None and parsed.password is not None:
+            auth_data = [("digest", f"{parsed.user}:{parsed.password}")]
+            acl = [
+                make_digest_acl(parsed.user, parsed.password, all=True),
+                make_acl("world", "anyone", read=True),
+            ]
+        self._client: Any = KazooClient(
+            hosts=self._hosts,
+            timeout=parsed.session_timeout,
+            auth_data=auth_data,
+            default_acl=acl,
+            # kazoo's default backs off to an hour between attempts after a long outage
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=1.0),
+            logger=kazoo_logger(),
+        )
+        self._io = ZkIO(
+            self._client,
+            hosts=self._hosts,
+            connect_timeout=parsed.connect_timeout,
+            session_timeout=parsed.session_timeout,
+            client_path=self._client_path,
+        )
+        self._client.add_listener(self._on_kazoo_state)
+        try:
+            self._client.start(timeout=parsed.connect_timeout)
+        except Exception:
+            self._closing = True
+            self._shutdown_client()
+            self._worker.stop()
+            self._events.stop()
+            self._session_events.stop()
+            raise RegistryConnectionError(
+                f"no ZooKeeper server answered at {self._hosts} within {parsed.connect_timeout:g}s"
+            ) from None
+
+    # -- session ------------------------------------------------------------------------
+    def session_credentials(self) -> tuple[int, bytes]:
+        """The current session's id and password (for tests that expire it from outside)."""
+        client_id = self._client.client_id
+        if client_id is None:
+            raise RegistryConnectionError(f"not connected to ZooKeeper at {self._hosts}")
+        return int(client_id[0]), bytes(client_id[1])
+
+    def _on_kazoo_state(self, state: Any) -> None:
+        """kazoo's listener, on its connection thread: record and hand over, never block."""
+        if self._closing:
+            return
+        with self._state_guard:
+            if state == KazooState.SUSPENDED:
+                self._io.connected.clear()
+                self._set_state(SessionState.SUSPENDED)
+            elif state == KazooState.LOST:
+                self._io.connected.clear()
+                self._lost = True
+                self._set_state(SessionState.LOST)
+            elif state == KazooState.CONNECTED:
+                client_id = self._client.client_id
+                session_id = None if client_id is None else client_id[0]
+                previous, self._session_id = self._session_id, session_id
+                lost, self._lost = self._lost, False
+                self._io.connected.set()
+                if previous is None:
+                    return  # the first session: nothing was watched before it
+                if not lost and session_id == previous:
+                    self._set_state(SessionState.RECONNECTED)
+                else:
+                    if not lost:
+                        self._set_state(SessionState.LOST)
+                    self._set_state(SessionState.CONNECTED)
+                self._worker.submit(self._resync_watches)
+
+    def _resync_watches(self) -> None:
+        for registration in self._active_watches():
+            watcher = registration.backend_state
+            if isinstance(watcher, TreeWatcher):
+                watcher.resync_after_gap()
+
+    # -- reads --------------------------------------------------------------------------
+    def _get_node(self, path: str) -> Node | None:
+        def read(deadline: float) -> Node | None:
+            try:
+                data, stat = self._io.wait(self._client.get_async(path), deadline)
+            except KzNoNode:
+                return None
+            return Node(data or b"", stat.version, stat.ephemeralOwner != 0)
+
+        return self._io.read(path, read)
+
+    def _exists(self, path: str) -> bool:
+        return (
+            self._io.read(path, lambda deadline: self._io.wait(self._client.exists_async(path), deadline))
+            is not None
+        )
+
+    def _children(self, path: str) -> list[str]:
+        def read(deadline: float) -> list[str]:
+            try:
+                names = self._io.wait(self._client.get_children_async(path), deadline)
+            except KzNoNode:
+                return []
+            return visible_children(path, names)
+
+        return self._io.read(path, read)
+
+    # -- writes -------------------------------------------------------------------------
+    def _create(self, path: str, value: bytes, ephemeral: bool) -> None:
+        self._io.write(
+            path, lambda deadline: self._create_node(path, value, ephemeral, False, deadline), action="create"
+        )
+
+    def _create_sequential(self, prefix: str, value: bytes, ephemeral: bool) -> str:
+        return self._io.write(
+            prefix,
+            lambda deadline: self._create_node(prefix, value, ephemeral, True, deadline),
+            action="create",
+        )
+
+    def _create_node(self, path: str, value: bytes, ephemeral: bool, sequence: bool, deadline: float) -> str:
+        for _ in range(_RACE_ATTEMPTS):
+            try:
+                created = self._io.wait(
+                    self._client.create_async(
+                        path, value, ephemeral=ephemeral, sequence=sequence, makepath=True
+                    ),
+                    deadline,
+                )
+                return str(created)
+            except KzNoNode:
+                continue  # a parent vanished after kazoo made it; the create was refused, so retry
+        raise NoNodeError(parent(path))
+
+    def _put(self, path: str, value: bytes, ephemeral: bool) -> None:
+        def put(deadline: float) -> None:
+            for _ in range(_RACE_ATTEMPTS):
+                try:
+                    self._io.wait(self._client.set_async(path, value), deadline)
+                    return
+                except KzNoNode:
+                    pass
+                try:
+                    self._io.wait(
+                        self._client.create_async(path, value, ephemeral=ephemeral, makepath=True), deadline
+                    )
+                    return
+                except (KzNodeExists, KzNoNode):
+                    continue  # created (or a parent removed) by someone else meanwhile
+            raise RegistryError(f"put {self._client_path(path)}: the node kept appearing and vanishing")
+
+        self._io.write(path, put, action="write")
+
+    def _delete(self, path: str) -> None:
+        for _ in range(_RACE_ATTEMPTS):
+            nodes = self._io.read(path, lambda deadline: self._io.subtree(path, deadline))
+            if not nodes:
+                return
+            if self._io.write(path, functools.partial(self._delete_nodes, nodes), action="delete"):
+                return
+        raise RegistryError(f"delete {self._client_path(path)}: nodes kept being added below it")
+
+    def _delete_nodes(self, nodes: list[str], deadline: float) -> bool:
+        """Delete ``nodes`` deepest level first; False when one gained a child meanwhile."""
+        by_depth: dict[int, list[str]] = {}
+        for node in nodes:
+            by_depth.setdefault(node.count("/"), []).append(node)
+        for depth in sorted(by_depth, reverse=True):
+            pending = [self._client.delete_async(node) for node in by_depth[depth]]
+            complete = True
+            for result in pending:
+                try:
+                    self._io.wait(result, deadline)
+                except KzNoNode:
+                    pass
+                except NotEmptyError:
+                    complete = False
+            if not complete:
+                return False
+        return True
+
+    def _transaction(self, ops: list[Op]) -> None:
+        run_transaction(self._io, ops, self._client_path)
+
+    def server_time(self) -> float:
+        path = self._clock_path
+        self._stored("/")  # refuses a closed client like every other call
+
+        def touch(deadline: float) -> float:
+            for _ in range(_RACE_ATTEMPTS):
+                try:
+                    stat = self._io.wait(self._client.set_async(path, b""), deadline)
+                    return float(stat.mtime) / 1000.0
+                except KzNoNode:
+                    pass
+                try:
+                    _, stat = self._io.wait(
+                        self._client.create_async(path, b"", makepath=True, include_data=True), deadline
+                    )
+                    return float(stat.mtime) / 1000.0
+                except (KzNodeExists, KzNoNode):
+                    continue
+            raise RegistryError("server_time: the clock node kept appearing and vanishing")
+
+        return self._io.write(path, touch, action="write the clock node")
+
+    # -- watches ------------------------------------------------------------------------
+    def _start_watch(self, registration: WatchRegistration, initial: bool) -> None:
+        watcher = TreeWatcher(self, self._io, registration, self._worker.submit)
+        registration.backend_state = watcher
+        deadline = time.monotonic() + self.connect_timeout
+        while True:
+            if not self._io.connected.wait(deadline - time.monotonic()):
+                watcher.dead = True
+                raise RegistryConnectionError(
+                    f"not connected to ZooKeeper at {self._hosts} within {self.connect_timeout:g}s; "
+                    f"watch on {registration.watch.path} not established"
+                )
+            attempt = _Attempt(functools.partial(watcher.sync, emit=initial), lambda: not watcher.dead)
+            self._worker.submit(attempt.run)
+            # the worker may first finish earlier work, itself bounded by read deadlines
+            if not attempt.done.wait(
+                self.connect_timeout + self.session_timeout + max(0.0, deadline - time.monotonic())
+            ):
+                self._abandon(watcher)
+                raise RegistryConnectionError(
+                    f"watch on {registration.watch.path}: ZooKeeper reads did not finish"
+                )
+            failure = attempt.failure
+            if failure is None:
+                return
+            exc = failure
+            if is_connection_failure(exc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            self._abandon(watcher)
+            if isinstance(exc, RegistryError):
+                raise exc
+            raise self._io.map_error(exc, registration.root, action="watch") from None
+
+    def _stop_watch(self, registration: WatchRegistration) -> None:
+        watcher = registration.backend_state
+        if isinstance(watcher, TreeWatcher):
+            self._abandon(watcher)
+
+    def _abandon(self, watcher: TreeWatcher) -> None:
+        watcher.dead = True
+        self._worker.submit(watcher.forget)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _close(self) -> None:
+        self._closing = True
+        self._io.connected.clear()
+        try:
+            self._shutdown_client()
+        finally:
+            self._worker.stop()
+
+    def _shutdown_client(self) -> None:
+        """Stop kazoo (its session ends: ephemerals vanish) and free its threads and sockets."""
+        with contextlib.suppress(Exception):
+            self._client.stop()
+        with contextlib.suppress(Exception):
+            self._client.close()

@@ -1,0 +1,298 @@
+"""How the ZooKeeper backend talks to kazoo: one rule for reads, one for writes, one error map.
+
+Invariants kept here:
+
+- no kazoo exception leaves this module unmapped: every failure becomes a class from
+  :mod:`registry.errors` (paths in node errors stay *stored* paths; the base class rewrites
+  them), and no message names more than the hosts (never a password);
+- idempotent reads are retried with tenacity while the connection is down or drops,
+  bounded by ``connect_timeout``;
+- a write is sent once, and only while connected (kazoo would otherwise queue it and send
+  it whenever the connection returns); when its answer never comes the caller gets
+  ``RegistryConnectionError`` saying the outcome is unknown, and nothing repeats it;
+- no call blocks forever: kazoo's synchronous API waits without a timeout, so every
+  request here goes through ``*_async`` and a deadline;
+- kazoo logs through :func:`kazoo_logger`, which blanks the credentials kazoo would
+  otherwise print at DEBUG level (the digest ``user:password`` of its Auth packet, the
+  session password).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from kazoo.exceptions import (
+    BadArgumentsError,
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoChildrenForEphemeralsError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.exceptions import (
+    BadVersionError as KzBadVersion,
+)
+from kazoo.exceptions import (
+    NodeExistsError as KzNodeExists,
+)
+from kazoo.exceptions import (
+    NoNodeError as KzNoNode,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Auth, Connect
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+from registry.errors import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RegistryConnectionError,
+    RegistryError,
+    SessionLostError,
+)
+from registry.paths import join
+
+__all__ = [
+    "ROOT_SYSTEM_NODE",
+    "NotConnected",
+    "ZkIO",
+    "is_connection_failure",
+    "kazoo_logger",
+    "visible_children",
+]
+
+_T = TypeVar("_T")
+
+#: ZooKeeper's own subtree under the real root; never shown to callers.
+ROOT_SYSTEM_NODE = "zookeeper"
+
+# Subtree listings issue at most this many requests before collecting their answers, so
+# a huge level neither floods the connection nor holds thousands of pending results.
+_PIPELINE = 500
+
+
+class NotConnected(Exception):
+    """Raised before a request is sent: the client had no live connection in time."""
+
+
+_CONNECTION_FAILURES: tuple[type[BaseException], ...] = (
+    ConnectionLoss,
+    ConnectionDropped,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    NotConnected,
+)
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """True for failures a reconnect can cure (ConnectionClosedError means closed for good)."""
+    if isinstance(exc, ConnectionClosedError):
+        return False
+    return isinstance(exc, (*_CONNECTION_FAILURES, SessionExpiredError))
+
+
+class ZkIO:
+    """Deadline-bounded requests on one kazoo client.
+
+    ``connected`` mirrors kazoo's connection (set by the backend's state listener) so that
+    a caller can wait for it without reaching into kazoo.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        hosts: str,
+        connect_timeout: float,
+        session_timeout: float,
+        client_path: Callable[[str], str],
+    ) -> None:
+        self.client = client
+        self.hosts = hosts
+        self.connect_timeout = connect_timeout
+        self.session_timeout = session_timeout
+        self._client_path = client_path
+        self.connected = _Flag()
+
+    # -- waiting ------------------------------------------------------------------------
+    @staticmethod
+    def wait(result: Any, deadline: float) -> Any:
+        """The value of a kazoo async result, raising its exception or KazooTimeoutError."""
+        return result.get(timeout=max(0.001, deadline - time.monotonic()))
+
+    def read_deadline(self) -> float:
+        return time.monotonic() + self.connect_timeout
+
+    def write_deadline(self) -> float:
+        # A request on a connection that died silently fails once kazoo notices (its read
+        # timeout is 2/3 of the session timeout); waiting longer than that learns nothing.
+        return time.monotonic() + self.connect_timeout + self.session_timeout
+
+    # -- the two call rules -------------------------------------------------------------
+    def read(self, path: str, fn: Callable[[float], _T]) -> _T:
+        """Run the idempotent read ``fn(deadline)``, retrying it while the connection is down."""
+        started = time.monotonic()
+        deadline = started + self.connect_timeout
+
+        def attempt() -> _T:
+            if not self.connected.wait(deadline - time.monotonic()):
+                raise NotConnected()
+            return fn(deadline)
+
+        retrying = Retrying(
+            stop=stop_after_delay(self.connect_timeout),
+            wait=wait_exponential(multiplier=0.02, max=0.5),
+            retry=retry_if_exception(is_connection_failure),
+            reraise=True,
+        )
+        try:
+            return retrying(attempt)
+        except (KazooException, KazooTimeoutError, NotConnected) as exc:
+            raise self.map_error(exc, path, action="read") from None
+
+    def write(self, path: str, fn: Callable[[float], _T], *, action: str = "change") -> _T:
+        """Run ``fn(deadline)``, which sends writes, once; never while disconnected."""
+        if not self.connected.wait(self.connect_timeout):
+            raise RegistryConnectionError(
+                f"not connected to ZooKeeper at {self.hosts} within {self.connect_timeout:g}s; "
+                f"did not {action} {self._client_path(path)}"
+            )
+        try:
+            return fn(self.write_deadline())
+        except (KazooException, KazooTimeoutError, NotConnected) as exc:
+            raise self.map_error(exc, path, action=action, write=True) from None
+
+    # -- error map ----------------------------------------------------------------------
+    def map_error(
+        self, exc: BaseException, path: str, *, action: str = "change", write: bool = False
+    ) -> RegistryError:
+        """The registry error for a kazoo failure on stored ``path``."""
+        shown = self._client_path(path)
+        if isinstance(exc, KzNodeExists):
+            return NodeExistsError(path)
+        if isinstance(exc, KzNoNode):
+            return NoNodeError(path)
+        if isinstance(exc, KzBadVersion):
+            return BadVersionError(path)
+        if isinstance(exc, NoAuthError):
+            return RegistryError(
+                f"not authorised to {action} {shown}: its ZooKeeper ACL refuses this identity"
+            )
+        if isinstance(exc, NoChildrenForEphemeralsError):
+            return RegistryError(
+                f"cannot {action} {shown}: a parent is an ephemeral node, which takes no children"
+            )
+        if isinstance(exc, ConnectionClosedError):
+            return RegistryConnectionError(f"the ZooKeeper client for {self.hosts} is closed")
+        if isinstance(exc, SessionExpiredError):
+            return SessionLostError(f"ZooKeeper session expired during {action} of {shown}")
+        if isinstance(exc, NotConnected):
+            return RegistryConnectionError(
+                f"not connected to ZooKeeper at {self.hosts} within {self.connect_timeout:g}s ({action} {shown})"
+            )
+        if isinstance(exc, _CONNECTION_FAILURES):
+            if write:
+                return RegistryConnectionError(
+                    f"connection to ZooKeeper at {self.hosts} lost during {action} of {shown}; "
+                    "the outcome is unknown"
+                )
+            return RegistryConnectionError(f"ZooKeeper at {self.hosts} did not answer ({action} {shown})")
+        if isinstance(exc, BadArgumentsError):
+            return RegistryError(f"ZooKeeper refused to {action} {shown}: path or value not allowed")
+        return RegistryError(f"ZooKeeper failed to {action} {shown}: {type(exc).__name__}")
+
+    # -- listings -----------------------------------------------------------------------
+    def subtree(self, root: str, deadline: float) -> list[str]:
+        """Every node at or below ``root``, parents before children; ``[]`` when absent.
+
+        One pipelined request per node, level by level. Not a snapshot: nodes may come and
+        go meanwhile, and callers that act on the list must cope with that.
+        """
+        client = self.client
+        out: list[str] = []
+        level = [root]
+        first = True
+        while level:
+            next_level: list[str] = []
+            for chunk in _chunks(level, _PIPELINE):
+                pending = [(p, client.get_children_async(p)) for p in chunk]
+                for path, result in pending:
+                    try:
+                        names = self.wait(result, deadline)
+                    except KzNoNode:
+                        if first:
+                            return []
+                        continue
+                    out.append(path)
+                    next_level.extend(join(path, n) for n in visible_children(path, names))
+            level = next_level
+            first = False
+        return out
+
+
+def visible_children(path: str, names: Iterable[str]) -> list[str]:
+    """Child names of ``path`` that callers may see (ZooKeeper's own /zookeeper is hidden)."""
+    if path == "/":
+        return sorted(n for n in names if n != ROOT_SYSTEM_NODE)
+    return sorted(names)
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class _Flag:
+    """A ``threading.Event`` whose ``wait`` accepts a negative timeout."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._event.wait(max(0.0, timeout))
+
+
+class _BlankCredentials(logging.Filter):
+    """Replaces the secrets in kazoo's log records before any handler formats them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and args:
+            blanked = [_blank(arg) for arg in args]
+            if "passwd" in str(record.msg):
+                blanked = [("***" if isinstance(a, (bytes, bytearray)) else a) for a in blanked]
+            record.args = tuple(blanked)
+        return True
+
+
+def _blank(arg: object) -> object:
+    if isinstance(arg, Auth):
+        return f"Auth(scheme={arg.scheme!r}, auth=***)"
+    if isinstance(arg, Connect):
+        return arg._replace(passwd=b"***")
+    return arg
+
+
+_KAZOO_LOGGER = logging.getLogger("registry.zookeeper.kazoo")
+_KAZOO_LOGGER.addFilter(_BlankCredentials())
+
+
+def kazoo_logger() -> logging.Logger:
+    """The logger every kazoo client of this backend writes to (credentials blanked)."""
+    return _KAZOO_LOGGER

@@ -1,0 +1,188 @@
+"""Transactions on ZooKeeper: a caller's ops become one atomic kazoo multi request.
+
+ZooKeeper's multi knows nothing of missing parents or subtrees, so the plan adds a Create
+for every missing parent of a Create op (skipping those an earlier op makes) and expands
+each Delete into deletes of every descendant, deepest first, then the node itself with
+its version check. Invariants kept here:
+
+- the caller learns the failing op by its own index (``TxnOpFailed``), never by a
+  position in the expanded request;
+- a failure caused by the expansion racing a concurrent change (a parent appeared or
+  vanished, a child appeared below a deleted node) re-plans a few times, because the
+  server answered and so applied nothing; a caller op's own failure is reported at once;
+- a request larger than ZooKeeper's ``jute.maxbuffer`` is refused before it is sent:
+  past it the server drops the connection and the client only sees ConnectionLoss.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.exceptions import (
+    BadVersionError as KzBadVersion,
+)
+from kazoo.exceptions import (
+    NodeExistsError as KzNodeExists,
+)
+from kazoo.exceptions import (
+    NoNodeError as KzNoNode,
+)
+from kazoo.exceptions import (
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.protocol.serialization import Transaction
+
+from registry.backends.base import TxnOpFailed
+from registry.backends.zookeeper_io import ZkIO
+from registry.errors import RegistryError, TransactionError
+from registry.paths import ancestors, is_below
+from registry.protocol import Check, Create, Delete, Op, Set
+
+__all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
+
+#: ZooKeeper's default limit on one request's length (the 4-byte length prefix excluded).
+JUTE_MAX_BUFFER = 0xFFFFF
+_REQUEST_HEADER = 8  # xid and op type, ahead of the multi body
+_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One request op: which caller op it serves, and whether the plan added it."""
+
+    index: int
+    path: str
+    expansion: bool
+    op_type: type
+
+
+class _Replan(Exception):
+    """The multi failed because the plan went stale; nothing was applied."""
+
+    def __init__(self, step: _Step, reason: str) -> None:
+        super().__init__(reason)
+        self.step = step
+        self.reason = reason
+
+
+def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) -> None:
+    """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
+    last: _Replan | None = None
+    for _ in range(_ATTEMPTS):
+        request, steps = _plan(io, ops)
+        _check_size(request, steps)
+        try:
+            io.write(
+                ops[0].path, functools.partial(_commit, io, request, steps), action="apply a transaction on"
+            )
+            return
+        except _Replan as stale:
+            last = stale
+    assert last is not None
+    step = last.step
+    if step.op_type is Create and last.reason == "no_node" and not step.expansion:
+        raise TxnOpFailed(step.index, "no_node")
+    raise TransactionError(
+        f"transaction op {step.index} kept racing concurrent changes at {client_path(step.path)} "
+        f"({last.reason}); nothing was applied",
+        index=step.index,
+    )
+
+
+def _plan(io: ZkIO, ops: list[Op]) -> tuple[Any, list[_Step]]:
+    parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
+    delete_roots = [op.path for op in ops if isinstance(op, Delete)]
+
+    def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:
+        pending = [(p, io.client.exists_async(p)) for p in parents]
+        present = {p: io.wait(r, deadline) is not None for p, r in pending}
+        subtrees = {p: io.subtree(p, deadline) for p in delete_roots}
+        return present, subtrees
+
+    present, subtrees = io.read(ops[0].path, read)
+    planned: dict[str, bool] = {}  # existence after the ops planned so far
+
+    def exists(path: str) -> bool:
+        return planned.get(path, present.get(path, False))
+
+    request = io.client.transaction()
+    steps: list[_Step] = []
+    for index, op in enumerate(ops):
+        if isinstance(op, Create):
+            for ancestor in ancestors(op.path):
+                if not exists(ancestor):
+                    request.create(ancestor, b"")
+                    steps.append(_Step(index, ancestor, True, Create))
+                    planned[ancestor] = True
+            request.create(op.path, op.value, ephemeral=op.ephemeral)
+            steps.append(_Step(index, op.path, False, Create))
+            planned[op.path] = True
+        elif isinstance(op, Set):
+            request.set_data(op.path, op.value, _version(op.version))
+            steps.append(_Step(index, op.path, False, Set))
+        elif isinstance(op, Check):
+            request.check(op.path, _version(op.version))
+            steps.append(_Step(index, op.path, False, Check))
+        else:
+            below = {p for p in subtrees[op.path] if planned.get(p, True)}
+            below |= {p for p, alive in planned.items() if alive and is_below(p, op.path)}
+            below.discard(op.path)
+            for path in sorted(below, key=lambda p: (-p.count("/"), p)):
+                request.delete(path, -1)
+                steps.append(_Step(index, path, True, Delete))
+                planned[path] = False
+            request.delete(op.path, _version(op.version))
+            steps.append(_Step(index, op.path, False, Delete))
+            planned[op.path] = False
+    return request, steps
+
+
+def _version(version: int | None) -> int:
+    return -1 if version is None else version
+
+
+def request_size(request: Any) -> int:
+    """Bytes of the multi request as sent (without the 4-byte length prefix)."""
+    return _REQUEST_HEADER + len(Transaction(request.operations).serialize())
+
+
+def _check_size(request: Any, steps: list[_Step]) -> None:
+    size = request_size(request)
+    if size > JUTE_MAX_BUFFER:
+        raise TransactionError(
+            f"transaction would be a {size}-byte ZooKeeper request ({len(steps)} operations once "
+            f"parents and subtrees are included); ZooKeeper refuses requests over {JUTE_MAX_BUFFER} bytes. "
+            "Nothing was applied."
+        )
+
+
+def _commit(io: ZkIO, request: Any, steps: list[_Step], deadline: float) -> None:
+    results = io.wait(request.commit_async(), deadline)
+    for position, result in enumerate(results):
+        if not isinstance(result, Exception) or isinstance(result, (RolledBackError, RuntimeInconsistency)):
+            continue
+        step = steps[position]
+        if isinstance(result, KzNodeExists):
+            if step.expansion:
+                raise _Replan(step, "a parent appeared")
+            raise TxnOpFailed(step.index, "exists")
+        if isinstance(result, KzNoNode):
+            # A Create fails with NoNode only when a parent the plan counted on vanished.
+            if step.expansion or step.op_type is Create:
+                raise _Replan(step, "no_node")
+            raise TxnOpFailed(step.index, "no_node")
+        if isinstance(result, KzBadVersion):
+            raise TxnOpFailed(step.index, "bad_version")
+        if isinstance(result, NotEmptyError):
+            raise _Replan(step, "a child appeared below a deleted node")
+        cause = io.map_error(result, step.path)
+        raise TransactionError(
+            f"transaction op {step.index} failed, nothing was applied: {cause}", index=step.index, cause=cause
+        )
+    if any(isinstance(r, Exception) for r in results):
+        raise RegistryError("ZooKeeper refused the transaction without naming an operation")

@@ -1,0 +1,26 @@
+"""Distributed, sharded cron jobs: the user's API.
+
+``Scheduler(url)`` is one instance of every job added to it; each job's items are split
+by an elected leader and every instance runs only its own. See README.md.
+"""
+
+from scheduler.config import JobConfig, JobType
+from scheduler.context import ShardingContext
+from scheduler.cron import CronSchedule
+from scheduler.handlers import JobExecutionError, JobListener, JobRun
+from scheduler.kinds import ScriptFailed
+from scheduler.runner import ClockSkewError
+from scheduler.scheduler import Scheduler
+
+__all__ = [
+    "ClockSkewError",
+    "CronSchedule",
+    "JobConfig",
+    "JobExecutionError",
+    "JobListener",
+    "JobRun",
+    "JobType",
+    "Scheduler",
+    "ScriptFailed",
+    "ShardingContext",
+]

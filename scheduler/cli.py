@@ -1,0 +1,289 @@
+"""``shardjob``: ``demo`` (no set-up, several instances in one process) and ``worker`` (one
+worker process for real deployments and docker-compose).
+
+Exit codes a script can rely on: 0 done (or stopped by SIGTERM/SIGINT after a graceful
+shutdown), 2 bad usage or configuration, 3 registry unreachable, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+import registry
+from registry.errors import RegistryConnectionError, RegistryError
+from scheduler.config import JobConfig, JobType
+from scheduler.context import ShardingContext
+from scheduler.scheduler import Scheduler
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+# -- demo ---------------------------------------------------------------------------------
+class _Board:
+    """Collects who ran which item at each fire and prints one row per finished fire."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.labels = labels
+        self._runs: dict[float, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+        self._printed: set[float] = set()
+        self._changed = threading.Condition()
+
+    def record(self, ctx: ShardingContext, instance_id: str) -> None:
+        with self._changed:
+            self._runs[ctx.fire_time][instance_id].append(ctx.sharding_item)
+            self._changed.notify_all()
+
+    def fires(self) -> int:
+        with self._changed:
+            return len(self._runs)
+
+    def wait_fires(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while len(self._runs) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.2))
+                self._print_finished(settle=0.6)
+            return True
+
+    def _print_finished(self, settle: float) -> None:
+        now = time.time()
+        for fire in sorted(self._runs):
+            if fire in self._printed or now - fire < settle:
+                continue
+            self._printed.add(fire)
+            row = self._runs[fire]
+            cells = []
+            for instance_id, label in self.labels.items():
+                items = sorted(row.get(instance_id, []))
+                cells.append(f"{label}: {','.join(map(str, items)) or '-':<11}")
+            stamp = datetime.fromtimestamp(fire).strftime("%H:%M:%S")
+            print(f"  {stamp}   " + "  ".join(cells), flush=True)
+
+    def flush(self) -> None:
+        with self._changed:
+            self._print_finished(settle=0.0)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    url = args.registry or f"memory://shardjob-demo-{int(time.time())}?session_timeout=3"
+    registry.parse_url(url)
+    total, count = args.items, args.instances
+    schedulers = [Scheduler(url, max_workers=4, coordinator_threads=2) for _ in range(count)]
+    labels = {s.instance_id: chr(ord("A") + i) for i, s in enumerate(schedulers)}
+    board = _Board(labels)
+    print(f"shardjob demo: job 'demo', {total} items, fires every second, registry {registry.parse_url(url)}")
+    for label_id, label in labels.items():
+        print(f"  instance {label} = {label_id}")
+    for sched in schedulers:
+        instance_id = sched.instance_id
+
+        def work(ctx: ShardingContext, instance_id: str = instance_id) -> None:
+            board.record(ctx, instance_id)
+
+        sched.add_job(
+            JobConfig(
+                name="demo",
+                cron="* * * * * ?",
+                sharding_total_count=total,
+                sharding_item_parameters=",".join(f"{i}=item-{i}" for i in range(total)),
+            ),
+            work,
+        )
+    print("\n  time       " + "  ".join(f"{label:<14}" for label in labels.values()))
+    try:
+        for sched in schedulers:
+            sched.start()
+        if not board.wait_fires(args.fires, args.fires * 3 + 20):
+            print("demo: fires did not arrive in time", file=sys.stderr)
+            return EXIT_ERROR
+        leaving = schedulers[-1]
+        print(
+            f"\n  -- instance {labels[leaving.instance_id]} shuts down cleanly: its items move at once --\n"
+        )
+        board.flush()
+        leaving.shutdown(wait=True)
+        if not board.wait_fires(2 * args.fires, args.fires * 3 + 20):
+            print("demo: fires did not arrive in time after the shutdown", file=sys.stderr)
+            return EXIT_ERROR
+    finally:
+        for sched in schedulers:
+            sched.shutdown(wait=True)
+        board.flush()
+    print("\ndemo done: every fire ran each item exactly once, spread as AVG_ALLOCATION says.")
+    return EXIT_OK
+
+
+# -- worker -------------------------------------------------------------------------------
+def _load_job(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--job {spec!r}: expected 'package.module:function'")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--job {spec!r}: cannot import {module_name!r}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ValueError(f"--job {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    return target() if isinstance(target, type) else target
+
+
+def _worker(args: argparse.Namespace) -> int:
+    job_type = JobType[args.job_type.upper()]
+    target = None if job_type is JobType.SCRIPT else _load_job(args.job) if args.job else None
+    if target is None and job_type is not JobType.SCRIPT:
+        raise ValueError("--job is required unless --job-type script")
+    config = JobConfig(
+        name=args.name or (args.job.partition(":")[2].split(".")[-1] if args.job else ""),
+        cron=args.cron,
+        time_zone=args.time_zone,
+        sharding_total_count=args.total,
+        sharding_item_parameters=args.item_parameters,
+        job_parameter=args.job_parameter,
+        failover=args.failover,
+        misfire=not args.no_misfire,
+        monitor_execution=not args.no_monitor_execution,
+        sharding_strategy=args.strategy,
+        max_time_diff_seconds=args.max_time_diff_seconds,
+        reconcile_interval_minutes=args.reconcile_interval_minutes,
+        overwrite=args.overwrite,
+        disabled=args.disabled,
+        job_type=job_type,
+        script_command_line=args.script or "",
+        streaming_process=args.streaming,
+    )
+    sched = Scheduler(args.registry, instance_id=args.instance_id, max_workers=args.max_workers)
+    sched.add_job(config, target)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sched.start()
+    print(f"worker {sched.instance_id} running job {config.name!r}; SIGTERM stops it gracefully", flush=True)
+    stop.wait()
+    sched.shutdown(wait=True)
+    print(f"worker {sched.instance_id} stopped", flush=True)
+    return EXIT_OK
+
+
+# -- entry point ----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shardjob",
+        description="Distributed, sharded cron jobs on ZooKeeper, etcd or an in-process registry.",
+        epilog="Exit codes: 0 done, 1 error, 2 bad usage or configuration, 3 registry unreachable.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings only)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser(
+        "demo",
+        help="run several instances in one process and watch the items move",
+        description="Run INSTANCES schedulers of one job in this process, print who runs which item at "
+        "each fire, shut one down cleanly midway and show its items move to the others.",
+    )
+    demo.add_argument(
+        "--registry", metavar="URL", help="registry URL (default: an in-process memory:// store)"
+    )
+    demo.add_argument("--instances", type=int, default=3, metavar="N", help="instances to start (default 3)")
+    demo.add_argument("--items", type=int, default=6, metavar="N", help="sharding items (default 6)")
+    demo.add_argument(
+        "--fires", type=int, default=4, metavar="N", help="fires before and after the shutdown (default 4)"
+    )
+
+    worker = commands.add_parser(
+        "worker",
+        help="run one worker process for a job",
+        description="Run one instance of a job until SIGTERM or SIGINT, then shut down gracefully: "
+        "running items finish, this instance's nodes are removed and its items move at once.",
+    )
+    worker.add_argument(
+        "--registry", required=True, metavar="URL", help="zk://..., etcd://... or memory://..."
+    )
+    worker.add_argument(
+        "--job",
+        metavar="MODULE:FUNC",
+        help="the job: a function of one ShardingContext (or a dataflow object/class)",
+    )
+    worker.add_argument("--name", help="job name (default: the function's name)")
+    worker.add_argument(
+        "--cron", help="Unix (5 fields) or Quartz (6-7, seconds first) cron; omit for a one-off job"
+    )
+    worker.add_argument("--time-zone", help="IANA name (Asia/Shanghai) or offset (GMT+08:00)")
+    worker.add_argument("--total", type=int, default=1, metavar="N", help="sharding_total_count (default 1)")
+    worker.add_argument("--item-parameters", default="", metavar="'0=a,1=b'", help="sharding_item_parameters")
+    worker.add_argument("--job-parameter", default="", help="job_parameter")
+    worker.add_argument(
+        "--strategy", default="AVG_ALLOCATION", help="sharding strategy (default AVG_ALLOCATION)"
+    )
+    worker.add_argument(
+        "--failover", action="store_true", help="run a crashed instance's items elsewhere at once"
+    )
+    worker.add_argument(
+        "--no-misfire", action="store_true", help="skip fires that find the job still running"
+    )
+    worker.add_argument("--no-monitor-execution", action="store_true", help="do not mark running items")
+    worker.add_argument(
+        "--max-time-diff-seconds", type=int, default=-1, metavar="S", help="max clock skew (-1: off)"
+    )
+    worker.add_argument(
+        "--reconcile-interval-minutes", type=int, default=10, metavar="M", help="self-repair interval"
+    )
+    worker.add_argument("--overwrite", action="store_true", help="local config replaces the registry's")
+    worker.add_argument("--disabled", action="store_true", help="start with this server disabled")
+    worker.add_argument("--job-type", default="simple", choices=["simple", "dataflow", "script"])
+    worker.add_argument(
+        "--script", metavar="COMMAND", help="script job command line (context appended as JSON)"
+    )
+    worker.add_argument(
+        "--streaming", action="store_true", help="dataflow: fetch again until nothing is left"
+    )
+    worker.add_argument("--instance-id", help="instance id (default {ip}@-@{pid})")
+    worker.add_argument("--max-workers", type=int, metavar="N", help="worker threads (default 2 x cores)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        if args.command == "demo":
+            return _demo(args)
+        return _worker(args)
+    except ValueError as exc:
+        print(f"shardjob: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RegistryConnectionError as exc:
+        print(f"shardjob: registry unreachable: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except RegistryError as exc:
+        print(f"shardjob: registry error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

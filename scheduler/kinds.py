@@ -1,0 +1,78 @@
+"""The job kinds: how one item of one run executes.
+
+simple: a callable (or an object with ``execute(ctx)``) per item. dataflow: an object with
+``fetch_data(ctx) -> list`` and ``process_data(ctx, data)``; streaming repeats until a fetch
+returns nothing, the scheduler stops, or a resharding is pending. script: a command line
+with the context appended as one JSON argument; a non-zero exit status is a failure.
+Invariant: a kind's target is checked when the job is added, before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.config import JobConfig, JobType
+from scheduler.context import ShardingContext
+
+__all__ = ["ItemRunner", "ScriptFailed", "make_item_runner"]
+
+log = logging.getLogger("scheduler.jobs")
+
+KeepGoing = Callable[[], bool]
+ItemRunner = Callable[[ShardingContext, KeepGoing], None]
+
+
+class ScriptFailed(RuntimeError):
+    def __init__(self, command: list[str], status: int, stderr: str) -> None:
+        tail = stderr.strip().splitlines()[-5:]
+        super().__init__(
+            f"script {command[0]!r} exited with status {status}" + (f": {' | '.join(tail)}" if tail else "")
+        )
+        self.status = status
+
+
+def make_item_runner(config: JobConfig, target: Any) -> ItemRunner:
+    """Check ``target`` against ``config.job_type`` and return how to run one item."""
+    if config.job_type is JobType.SIMPLE:
+        fn = getattr(target, "execute", None) if not callable(target) else target
+        if not callable(fn):
+            raise ValueError(f"job {config.name}: a simple job needs a callable taking a ShardingContext")
+        return lambda ctx, keep_going: fn(ctx)
+    if config.job_type is JobType.DATAFLOW:
+        fetch, process = getattr(target, "fetch_data", None), getattr(target, "process_data", None)
+        if not callable(fetch) or not callable(process):
+            raise ValueError(
+                f"job {config.name}: a dataflow job needs an object with fetch_data and process_data"
+            )
+        streaming = config.streaming_process
+
+        def run_dataflow(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+            while True:
+                data = fetch(ctx)
+                if not data:
+                    return
+                process(ctx, data)
+                if not streaming or not keep_going():
+                    return
+
+        return run_dataflow
+    if config.job_type is JobType.SCRIPT:
+        if target is not None:
+            raise ValueError(
+                f"job {config.name}: a script job takes no function (its command is script_command_line)"
+            )
+        command = shlex.split(config.script_command_line)
+
+        def run_script(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+            done = subprocess.run([*command, ctx.to_json()], capture_output=True, text=True, check=False)
+            if done.stdout:
+                log.info("job %s item %d: %s", ctx.job_name, ctx.sharding_item, done.stdout.rstrip())
+            if done.returncode != 0:
+                raise ScriptFailed(command, done.returncode, done.stderr)
+
+        return run_script
+    raise ValueError(f"job {config.name}: unknown job_type {config.job_type!r}")

@@ -1,0 +1,417 @@
+"""One job on one instance: its fires, its runs, its configuration in the registry.
+
+A fire, on a coordinator thread: skip (remembering it as a misfire) while the session is
+down or a run is still going; check the clock skew when configured; wait for a READY
+assignment (the leader reshards here when flagged); take the local items minus the
+disabled ones; mark them running in ONE fenced transaction (assignment version + this
+instance's registration + its session) — if that fails nothing runs; run the items on the
+shared worker pool; when the last one ends, clear the mark and run a remembered misfire.
+
+Invariants: at most one run of a job per instance at a time; nothing starts without the
+fenced mark; no thread waits for a run to finish (completion is a callback), so the
+thread count does not grow with the number of jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from registry.errors import NodeExistsError, RegistryError
+from registry.protocol import Event, EventKind, RegistryCenter
+from registry.recipes.cache import TreeCache
+from scheduler.config import JobConfig
+from scheduler.context import ShardingContext
+from scheduler.cron import CronSchedule
+from scheduler.handlers import ErrorHandler, JobListener, JobRun
+from scheduler.kinds import ItemRunner
+from scheduler.timer import Timer
+from sharding import (
+    CorruptNodeError,
+    FencedOut,
+    InstanceIdentity,
+    RunMark,
+    ShardingError,
+    ShardingService,
+    ShardingSettings,
+)
+from sharding.layout import JobPaths
+
+__all__ = ["ClockSkewError", "JobRunner", "Runtime"]
+
+log = logging.getLogger("scheduler")
+
+
+class ClockSkewError(RuntimeError):
+    """The local clock differs from the registry's by more than max_time_diff_seconds."""
+
+
+@dataclass
+class Runtime:
+    """What every job of one scheduler shares: one session, one cache, one timer, two pools."""
+
+    reg: RegistryCenter
+    identity: InstanceIdentity
+    cache: TreeCache
+    timer: Timer
+    coordinator: Executor
+    workers: Executor
+    wait_timeout: float
+    stopping: threading.Event
+    live: Callable[[], bool]
+
+
+def sharding_settings(config: JobConfig) -> ShardingSettings:
+    return ShardingSettings(
+        total=config.sharding_total_count,
+        strategy=config.sharding_strategy,
+        monitor_execution=config.monitor_execution,
+        static=config.static_sharding,
+    )
+
+
+class JobRunner:
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: JobConfig,
+        item_runner: ItemRunner,
+        listeners: Sequence[JobListener],
+        error_handler: ErrorHandler,
+    ) -> None:
+        self._rt = runtime
+        self.local_config = config
+        self._config = config
+        self._schedule: CronSchedule | None = config.schedule()
+        self._item_runner = item_runner
+        self._listeners = list(listeners)
+        self._error_handler = error_handler
+        self.paths = JobPaths(config.name)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._running = False
+        self._misfired: float | None = None
+        self._sharding: ShardingService | None = None
+        self._reported: set[bytes] = set()
+        self._last_run: JobRun | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.local_config.name
+
+    @property
+    def config(self) -> JobConfig:
+        """The configuration in force (the registry's unless ``overwrite``)."""
+        return self._config
+
+    @property
+    def sharding(self) -> ShardingService:
+        if self._sharding is None:
+            raise RuntimeError(f"job {self.name} is not started")
+        return self._sharding
+
+    @property
+    def last_run(self) -> JobRun | None:
+        return self._last_run
+
+    def start(self) -> None:
+        self._config = self._sync_config()
+        self._schedule = self._config.schedule()
+        self._sharding = ShardingService(
+            self._rt.reg,
+            self.name,
+            self._rt.identity,
+            sharding_settings(self._config),
+            executor=self._rt.coordinator,
+            cache=self._rt.cache,
+            wait_timeout=self._rt.wait_timeout,
+        )
+        self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
+        self._rt.cache.add_listener(self._on_trigger_event, under=self.paths.triggers)
+        self._sharding.start(server_enabled=not self._config.disabled)
+        self._schedule_next(time.time())
+        self._schedule_reconcile()
+
+    def stop_firing(self) -> None:
+        self._rt.timer.cancel((self.name, "fire"))
+        self._rt.timer.cancel((self.name, "reconcile"))
+        self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
+        self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._running, timeout)
+
+    def leave(self) -> None:
+        if self._sharding is not None:
+            self._sharding.stop()
+
+    # -- configuration ----------------------------------------------------------------
+    def _sync_config(self) -> JobConfig:
+        """The registry's config wins unless ``overwrite``; a corrupt one is reported and
+        left in place (nothing already stored is lost), the local one used meanwhile."""
+        local = self.local_config
+        reg = self._rt.reg
+        if local.overwrite:
+            reg.put(self.paths.config, local.to_json())
+            return local
+        try:
+            reg.create(self.paths.config, local.to_json())
+            return local
+        except NodeExistsError:
+            pass
+        raw = reg.get(self.paths.config)
+        if raw is None:
+            return local
+        adopted = self._decode_config(raw)
+        return local if adopted is None else adopted
+
+    def _decode_config(self, raw: bytes) -> JobConfig | None:
+        try:
+            stored = JobConfig.from_json(self.paths.config, raw)
+        except CorruptNodeError as exc:
+            if raw not in self._reported:
+                self._reported.add(raw)
+                log.error("job %s: %s; keeping the configuration in force", self.name, exc)
+            return None
+        # the code this process runs decides the kind; the registry decides the rest
+        local = self.local_config
+        return stored.with_changes(
+            name=local.name,
+            job_type=local.job_type,
+            script_command_line=local.script_command_line,
+            streaming_process=local.streaming_process,
+            error_handler=local.error_handler,
+        )
+
+    def _on_config_event(self, event: Event) -> None:
+        if event.path != self.paths.config or event.kind is EventKind.DELETED or event.value is None:
+            return
+        updated = self._decode_config(event.value)
+        if updated is None or updated == self._config:
+            return
+        previous, self._config = self._config, updated
+        log.info("job %s: configuration changed in the registry", self.name)
+        if (updated.cron, updated.time_zone) != (previous.cron, previous.time_zone):
+            self._schedule = updated.schedule()
+            self._rt.timer.cancel((self.name, "fire"))
+            self._schedule_next(time.time())
+        if self._sharding is not None and sharding_settings(updated) != sharding_settings(previous):
+            self._sharding.update_settings(sharding_settings(updated))
+        if updated.reconcile_interval_minutes != previous.reconcile_interval_minutes:
+            self._schedule_reconcile()
+
+    # -- timing -------------------------------------------------------------------------
+    def _schedule_next(self, after: float) -> None:
+        schedule = self._schedule
+        if schedule is None or self._rt.stopping.is_set():
+            return
+        due = schedule.next_fire(after)
+        if due is not None:
+            self._rt.timer.schedule((self.name, "fire"), due, self._on_timer)
+
+    def _on_timer(self, scheduled: float) -> None:
+        # the next fire is computed from the later of the scheduled time and now: a fire
+        # that comes late runs once (ElasticJob's misfire policy), never a burst
+        self._schedule_next(max(scheduled, time.time()))
+        self.fire(scheduled)
+
+    def _schedule_reconcile(self) -> None:
+        minutes = self._config.reconcile_interval_minutes
+        key = (self.name, "reconcile")
+        if minutes < 1 or self._rt.stopping.is_set():
+            self._rt.timer.cancel(key)
+            return
+        self._rt.timer.schedule(key, time.time() + minutes * 60, self._on_reconcile)
+
+    def _on_reconcile(self, _: float) -> None:
+        try:
+            self.sharding.reconcile()
+        except (RegistryError, ShardingError):
+            log.warning("job %s: reconcile failed", self.name, exc_info=True)
+        self._schedule_reconcile()
+
+    # -- triggers -----------------------------------------------------------------------
+    def _on_trigger_event(self, event: Event) -> None:
+        if (
+            event.path == self.paths.trigger(self._rt.identity.instance_id)
+            and event.kind is not EventKind.DELETED
+        ):
+            self._rt.coordinator.submit(self._run_triggered, event.value or b"")
+
+    def _run_triggered(self, stamp: bytes) -> None:
+        """One run for a trigger; its fire time is the one the trigger carries, so every
+        instance's part of the same trigger shares it."""
+        try:
+            self._rt.reg.delete(self.paths.trigger(self._rt.identity.instance_id))
+        except RegistryError:
+            log.warning("job %s: could not consume the trigger", self.name, exc_info=True)
+            return
+        try:
+            fire_time = float(stamp.decode())
+        except (UnicodeDecodeError, ValueError):
+            log.error(
+                "job %s: trigger node holds %r, not a fire time; running with now", self.name, stamp[:40]
+            )
+            fire_time = time.time()
+        self.fire(fire_time)
+
+    # -- runs ---------------------------------------------------------------------------
+    def fire(self, fire_time: float) -> None:
+        """Run this instance's items for ``fire_time`` (coordinator thread)."""
+        if self._rt.stopping.is_set():
+            return
+        with self._lock:
+            if self._running or not self._live():
+                if self._config.misfire and self._misfired is None:
+                    self._misfired = fire_time
+                log.info(
+                    "job %s: fire %.3f %s",
+                    self.name,
+                    fire_time,
+                    "remembered as a misfire" if self._config.misfire else "skipped",
+                )
+                return
+            self._running = True
+        started = False
+        try:
+            started = self._start_run(fire_time)
+        except FencedOut as exc:
+            log.info("%s; resynchronising", exc)
+        except (ShardingError, ClockSkewError) as exc:
+            log.error("job %s: fire %.3f not run: %s", self.name, fire_time, exc)
+        except RegistryError as exc:
+            log.warning("job %s: fire %.3f not run: registry error: %s", self.name, fire_time, exc)
+        except Exception:
+            log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
+        if not started:
+            self._run_ended()
+
+    def resume(self) -> None:
+        """The session is back: run a fire remembered while it was down (once)."""
+        deadline = time.monotonic() + self._rt.wait_timeout
+        while not self._live() and time.monotonic() < deadline and not self._rt.stopping.is_set():
+            self.sharding.cache.wait_until(self._live, 0.5)
+        with self._lock:
+            missed, self._misfired = (self._misfired, None) if not self._running else (None, self._misfired)
+        if missed is not None:
+            self.fire(missed)
+
+    def _live(self) -> bool:
+        return self._rt.live() and self._sharding is not None and self._sharding.registered
+
+    def _check_clock(self) -> None:
+        limit = self._config.max_time_diff_seconds
+        if limit < 0:
+            return
+        skew = self._rt.reg.server_time() - time.time()
+        if abs(skew) > limit:
+            raise ClockSkewError(
+                f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"
+            )
+
+    def _start_run(self, fire_time: float) -> bool:
+        self._check_clock()
+        sharding = self.sharding
+        current = sharding.ensure_ready()
+        items = sharding.local_items(current)
+        if not items:
+            return False
+        mark = sharding.mark_running(current, items, fire_time)
+        run = JobRun(
+            job_name=self.name,
+            instance_id=self._rt.identity.instance_id,
+            fire_time=fire_time,
+            epoch=current.epoch,
+            items=tuple(items),
+            started=time.time(),
+        )
+        for listener in self._listeners:
+            self._call_listener(listener.before_job, run)
+        contexts = self._contexts(run)
+        remaining = [len(contexts)]
+        counter = threading.Lock()
+
+        def run_one(ctx: ShardingContext) -> None:
+            try:
+                self._run_item(run, ctx)
+            finally:
+                with counter:
+                    remaining[0] -= 1
+                    last = remaining[0] == 0
+                if last:
+                    self._complete(run, mark)
+
+        for ctx in contexts:
+            self._rt.workers.submit(run_one, ctx)
+        return True
+
+    def _contexts(self, run: JobRun) -> list[ShardingContext]:
+        config = self._config
+        parameters = config.item_parameters()
+        task_id = "@-@".join(
+            [
+                self.name,
+                ",".join(map(str, run.items)),
+                "FAILOVER" if run.failover else "READY",
+                run.instance_id,
+            ]
+        )
+        return [
+            ShardingContext(
+                job_name=self.name,
+                task_id=task_id,
+                sharding_total_count=config.sharding_total_count,
+                job_parameter=config.job_parameter,
+                sharding_item=item,
+                sharding_parameter=parameters.get(item),
+                fire_time=run.fire_time,
+                epoch=run.epoch,
+                failover=run.failover,
+            )
+            for item in run.items
+        ]
+
+    def _keep_going(self) -> bool:
+        return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
+
+    def _run_item(self, run: JobRun, ctx: ShardingContext) -> None:
+        try:
+            self._item_runner(ctx, self._keep_going)
+        except Exception as exc:
+            run.errors[ctx.sharding_item] = exc
+            try:
+                self._error_handler(ctx, exc)
+            except Exception as thrown:  # THROW, or a handler that fails
+                log.error("job %s item %d: %s", self.name, ctx.sharding_item, thrown, exc_info=thrown)
+
+    def _complete(self, run: JobRun, mark: RunMark) -> None:
+        self.sharding.clear_running(mark)
+        run.finished = time.time()
+        self._last_run = run
+        for listener in self._listeners:
+            self._call_listener(listener.after_job, run)
+        self._run_ended()
+
+    def _run_ended(self) -> None:
+        with self._idle:
+            self._running = False
+            self._idle.notify_all()
+            missed = self._misfired if self._live() else None
+            if missed is not None:
+                self._misfired = None
+        if missed is not None and not self._rt.stopping.is_set():
+            log.info("job %s: running misfired fire %.3f now", self.name, missed)
+            self._rt.coordinator.submit(self.fire, missed)
+
+    def _call_listener(self, fn: Callable[[JobRun], Any], run: JobRun) -> None:
+        try:
+            fn(run)
+        except Exception:
+            log.exception("job %s: listener %r raised; the run goes on", self.name, fn)

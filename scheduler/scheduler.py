@@ -1,0 +1,297 @@
+"""The user's entry point: ``Scheduler(url)``, jobs added by decorator or ``add_job``,
+``start()``, ``trigger()``, ``shutdown()``.
+
+One scheduler is one instance (``{ip}@-@{pid}``, unique within the process) with one
+registry session, one cache of the namespace, one timer thread, a small coordinator pool
+and one worker pool shared by every job. The thread count is fixed by configuration,
+never by the number of jobs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
+
+import registry
+from registry.errors import RegistryError
+from registry.protocol import RegistryCenter, SessionState
+from registry.recipes.cache import TreeCache
+from scheduler.config import JobConfig, JobType
+from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
+from scheduler.kinds import make_item_runner
+from scheduler.runner import JobRunner, Runtime
+from scheduler.timer import Timer
+from sharding import InstanceIdentity
+from sharding.layout import JobPaths, validate_job_name
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger("scheduler")
+
+F = TypeVar("F")
+
+
+def _default_workers() -> int:
+    """ElasticJob's CPU provider: twice the cores."""
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+class Scheduler:
+    """Distributed, sharded cron jobs over one registry (see the package docstring)."""
+
+    def __init__(
+        self,
+        registry_center: str | RegistryCenter,
+        *,
+        instance_id: str | None = None,
+        max_workers: int | None = None,
+        coordinator_threads: int = 4,
+        wait_timeout: float = 30.0,
+    ) -> None:
+        if isinstance(registry_center, str):
+            registry.parse_url(registry_center)  # a bad URL fails here, not at start()
+        elif not isinstance(registry_center, RegistryCenter):
+            raise ValueError("Scheduler needs a registry URL or a RegistryCenter")
+        if max_workers is not None and (not isinstance(max_workers, int) or max_workers < 1):
+            raise ValueError(f"max_workers must be an int >= 1, got {max_workers!r}")
+        if not isinstance(coordinator_threads, int) or coordinator_threads < 1:
+            raise ValueError(f"coordinator_threads must be an int >= 1, got {coordinator_threads!r}")
+        self._registry_source = registry_center
+        self.identity = InstanceIdentity.create(instance_id)
+        self._max_workers = max_workers or _default_workers()
+        self._coordinator_threads = coordinator_threads
+        self._wait_timeout = wait_timeout
+        self._jobs: dict[str, tuple[JobConfig, Any, list[JobListener], ErrorHandler]] = {}
+        self._runners: dict[str, JobRunner] = {}
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._runtime: Runtime | None = None
+        self._owns_registry = isinstance(registry_center, str)
+        self._started = False
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def instance_id(self) -> str:
+        return self.identity.instance_id
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._stopping.is_set()
+
+    @property
+    def registry(self) -> RegistryCenter:
+        if self._runtime is None:
+            raise RuntimeError("the scheduler is not started")
+        return self._runtime.reg
+
+    def runner(self, name: str) -> JobRunner:
+        with self._lock:
+            if name not in self._runners:
+                raise KeyError(f"job {name!r} is not running in this scheduler")
+            return self._runners[name]
+
+    @property
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    # -- jobs -----------------------------------------------------------------------------
+    def job(
+        self,
+        name: str | None = None,
+        *,
+        listeners: Iterable[JobListener] = (),
+        error_handler: str | ErrorHandler | None = None,
+        **fields: Any,
+    ) -> Callable[[F], F]:
+        """Decorator: ``@sched.job(name=..., cron=..., sharding_total_count=...)``.
+
+        The decorated object is the job: a function of one ``ShardingContext`` (simple),
+        or a class/object with ``fetch_data``/``process_data`` (dataflow)."""
+
+        def register(target: F) -> F:
+            job_name = name or getattr(target, "__name__", None)
+            if not job_name:
+                raise ValueError("job name missing and the target has no __name__")
+            job_target: Any = target
+            if isinstance(target, type):
+                job_target = target()
+            self._add(job_name, fields, job_target, listeners, error_handler)
+            return target
+
+        return register
+
+    def add_job(
+        self,
+        config: JobConfig,
+        func: Any = None,
+        *,
+        listeners: Iterable[JobListener] = (),
+        error_handler: str | ErrorHandler | None = None,
+    ) -> None:
+        """Add a job; a bad config or target raises ``ValueError`` before anything is
+        written. Added after ``start()``, it starts at once."""
+        if not isinstance(config, JobConfig):
+            raise ValueError(f"add_job needs a JobConfig, got {type(config).__name__}")
+        handler = resolve_error_handler(error_handler if error_handler is not None else config.error_handler)
+        make_item_runner(config, func)  # checks the target against the kind
+        with self._lock:
+            if config.name in self._jobs:
+                raise ValueError(f"job {config.name!r} is already added to this scheduler")
+            self._jobs[config.name] = (config, func, list(listeners), handler)
+            start_now = self.running
+        if start_now:
+            self._start_job(config.name)
+
+    def _add(
+        self,
+        name: str,
+        fields: Mapping[str, Any],
+        target: Any,
+        listeners: Iterable[JobListener],
+        error_handler: str | ErrorHandler | None,
+    ) -> None:
+        config = JobConfig(name=name, **fields)
+        self.add_job(
+            config,
+            None if config.job_type is JobType.SCRIPT else target,
+            listeners=listeners,
+            error_handler=error_handler,
+        )
+
+    def remove_job(self, name: str, *, wait: bool = True) -> None:
+        """Stop a job on this instance (its items move to the others at once)."""
+        with self._lock:
+            self._jobs.pop(name, None)
+            runner = self._runners.pop(name, None)
+        if runner is not None:
+            runner.stop_firing()
+            if wait:
+                runner.wait_idle()
+            runner.leave()
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        """Connect, register every job, and return; jobs fire in the background."""
+        with self._lock:
+            if self._started:
+                return
+            if self._stopping.is_set():
+                raise RuntimeError("a scheduler cannot be started again after shutdown")
+            reg = (
+                registry.connect(self._registry_source)
+                if isinstance(self._registry_source, str)
+                else self._registry_source
+            )
+            cache = TreeCache(reg, "/")
+            try:
+                cache.start()
+            except BaseException:
+                if self._owns_registry:
+                    reg.close()
+                raise
+            coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
+            workers = ThreadPoolExecutor(self._max_workers, thread_name_prefix="shardjob-worker")
+            timer = Timer(coordinator)
+            self._runtime = Runtime(
+                reg=reg,
+                identity=self.identity,
+                cache=cache,
+                timer=timer,
+                coordinator=coordinator,
+                workers=workers,
+                wait_timeout=self._wait_timeout,
+                stopping=self._stopping,
+                live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
+            )
+            reg.add_listener(self._on_session)
+            timer.start()
+            self._started = True
+            names = list(self._jobs)
+        for name in names:
+            self._start_job(name)
+        log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
+
+    def _start_job(self, name: str) -> None:
+        assert self._runtime is not None
+        config, func, listeners, handler = self._jobs[name]
+        runner = JobRunner(self._runtime, config, make_item_runner(config, func), listeners, handler)
+        with self._lock:
+            self._runners[name] = runner
+        try:
+            runner.start()
+        except (RegistryError, ValueError):
+            log.exception("job %s could not start; the other jobs go on", name)
+
+    def _on_session(self, state: SessionState) -> None:
+        runtime = self._runtime
+        if runtime is None or self._stopping.is_set():
+            return
+        if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
+            with self._lock:
+                runners = list(self._runners.values())
+            for runner in runners:
+                runtime.coordinator.submit(runner.resume)
+        else:
+            log.warning(
+                "scheduler %s: session %s; no new run starts until it is back", self.instance_id, state.value
+            )
+
+    def trigger(self, name: str) -> None:
+        """Run ``name`` once now on every instance that runs it (each its own items)."""
+        validate_job_name(name)
+        runtime = self._runtime
+        if runtime is None:
+            raise RuntimeError("start() the scheduler before trigger()")
+        paths = JobPaths(name)
+        instances = runtime.cache.children(paths.instances)
+        if not instances:
+            raise ValueError(f"job {name!r} has no running instance to trigger")
+        stamp = repr(time.time()).encode()
+        for instance_id in instances:
+            runtime.reg.put(paths.trigger(instance_id), stamp)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop firing, let running items finish (``wait``), remove this instance's nodes
+        and hand leadership over at once, then close the session."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+            runtime = self._runtime
+            runners = list(self._runners.values())
+        if runtime is None:
+            return
+        runtime.timer.stop()
+        for runner in runners:
+            runner.stop_firing()
+        if wait:
+            for runner in runners:
+                runner.wait_idle()
+        for runner in runners:
+            runner.leave()
+        runtime.reg.remove_listener(self._on_session)
+        runtime.cache.close()
+        runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
+        runtime.workers.shutdown(wait=wait, cancel_futures=not wait)
+        if self._owns_registry:
+            runtime.reg.close()
+        log.info("scheduler %s shut down", self.instance_id)
+
+    def __enter__(self) -> Scheduler:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown(wait=True)

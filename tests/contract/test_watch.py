@@ -1,0 +1,311 @@
+"""Contract: a watch delivers every change at or below its path, in order per node, and
+survives server restarts and session expiry (the missed changes arrive as events)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from registry.backends.base import BaseRegistry
+from registry.protocol import Event, EventKind
+from tests.harness import Harness
+
+from . import PROMPT, EventLog, peer, session_timeout, wait_for, wait_marker
+
+CREATED, UPDATED, DELETED = EventKind.CREATED, EventKind.UPDATED, EventKind.DELETED
+
+#: Bound for a client to come back after a server restart or a new session.
+RECOVERY = 25.0
+
+
+def test_created_updated_deleted_with_values(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log)
+    writer.create("/w/a", b"1")
+    created = log.wait(CREATED, "/w/a", b"1")
+    node = writer.get_node("/w/a")
+    assert node is not None and created.version == node.version
+    writer.put("/w/a", b"2")
+    updated = log.wait(UPDATED, "/w/a", b"2")
+    node = writer.get_node("/w/a")
+    assert node is not None and updated.version == node.version
+    writer.delete("/w/a")
+    deleted = log.wait(DELETED, "/w/a")
+    assert deleted.value is None
+    assert [(e.kind, e.value) for e in log.of("/w/a")] == [(CREATED, b"1"), (UPDATED, b"2"), (DELETED, None)]
+    assert all(isinstance(e, Event) for e in log.events)
+
+
+def test_changes_by_the_watching_client_are_delivered(reg: BaseRegistry) -> None:
+    log = EventLog()
+    reg.watch("/w", log)
+    reg.put("/w/own", b"1")
+    log.wait(CREATED, "/w/own", b"1")
+    reg.delete("/w/own")
+    log.wait(DELETED, "/w/own")
+
+
+def test_order_per_node(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log)
+    count = 30
+    for i in range(count):
+        writer.put("/w/n", str(i).encode())
+        writer.put("/w/m", str(i).encode())
+    for path in ("/w/n", "/w/m"):
+        log.wait(UPDATED, path, str(count - 1).encode(), timeout=PROMPT)
+        events = log.of(path)
+        # a burst may be coalesced into its latest state, but never reordered or repeated
+        assert events[0].kind is CREATED
+        assert all(e.kind is UPDATED for e in events[1:])
+        numbers = [int(e.value or b"-1") for e in events]
+        assert numbers == sorted(set(numbers)), numbers
+        assert numbers[-1] == count - 1
+
+
+def test_watched_node_itself(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log)
+    writer.create("/w", b"1")
+    log.wait(CREATED, "/w", b"1")
+    writer.put("/w", b"2")
+    log.wait(UPDATED, "/w", b"2")
+    writer.delete("/w")
+    log.wait(DELETED, "/w")
+    writer.create("/w", b"3")
+    log.wait(CREATED, "/w", b"3")
+    assert [(e.kind, e.value) for e in log.of("/w")] == [
+        (CREATED, b"1"),
+        (UPDATED, b"2"),
+        (DELETED, None),
+        (CREATED, b"3"),
+    ]
+
+
+def test_depth(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log)
+    writer.put("/w/a/b/c", b"deep")
+    log.wait(CREATED, "/w/a/b/c", b"deep")
+    log.wait(CREATED, "/w/a/b", b"")
+    log.wait(CREATED, "/w/a", b"")
+    writer.put("/w/a/b/c", b"deeper")
+    log.wait(UPDATED, "/w/a/b/c", b"deeper")
+    writer.put("/w/a/b/c/d/e", b"e")
+    log.wait(CREATED, "/w/a/b/c/d/e", b"e")
+    writer.delete("/w/a")
+    for path in ("/w/a/b/c/d/e", "/w/a/b/c/d", "/w/a/b/c", "/w/a/b", "/w/a"):
+        log.wait(DELETED, path)
+    assert not log.has(DELETED, "/w")
+
+
+def test_nothing_from_outside_the_path(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    writer.put("/w/a", b"")
+    log = EventLog()
+    reg.watch("/w/a", log)
+    for path in ("/w", "/w/b", "/w/ab", "/w/a-x", "/w/b/a", "/x/w/a", "/wa"):
+        writer.put(path, b"outside")
+    writer.delete("/w/b")
+    wait_marker(reg, log, writer, "/w/a/marker")
+    assert log.paths() == ["/w/a/marker"], log.events
+
+
+def test_watch_on_root_sees_everything(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/", log)
+    writer.put("/x", b"1")
+    writer.put("/y/z", b"2")
+    log.wait(CREATED, "/x", b"1")
+    log.wait(CREATED, "/y/z", b"2")
+
+
+def test_initial_replays_present_nodes_parents_first(harness: Harness, reg: BaseRegistry) -> None:
+    for path, value in (("/w/c", b"c"), ("/w/a/b", b"ab"), ("/w/a", b"a"), ("/w/a/b/d", b"abd")):
+        reg.put(path, value)
+    reg.put("/outside", b"o")
+    log = EventLog()
+    reg.watch("/w", log, initial=True)
+    assert reg.flush_events(PROMPT)
+    events = log.wait_count(5)
+    assert {(e.kind, e.path, e.value) for e in events} == {
+        (CREATED, "/w", b""),
+        (CREATED, "/w/a", b"a"),
+        (CREATED, "/w/a/b", b"ab"),
+        (CREATED, "/w/a/b/d", b"abd"),
+        (CREATED, "/w/c", b"c"),
+    }
+    paths = log.paths()
+    assert len(paths) == 5, events
+    for child in paths:
+        for parent in paths:
+            if child.startswith(parent + "/"):
+                assert paths.index(parent) < paths.index(child), paths
+    # and then the changes as usual, with no repeat of the replayed state
+    peer(harness, reg).put("/w/c", b"c2")
+    log.wait(UPDATED, "/w/c", b"c2")
+    assert len(log.of("/w/c")) == 2
+
+
+def test_without_initial_present_nodes_are_not_replayed(harness: Harness, reg: BaseRegistry) -> None:
+    reg.put("/w/old", b"o")
+    log = EventLog()
+    reg.watch("/w", log)
+    wait_marker(reg, log, peer(harness, reg), "/w/new")
+    assert log.paths() == ["/w/new"], log.events
+
+
+def test_initial_on_absent_path_replays_nothing(reg: BaseRegistry) -> None:
+    log = EventLog()
+    reg.watch("/nothing", log, initial=True)
+    wait_marker(reg, log, reg, "/nothing/marker")
+    assert log.has(CREATED, "/nothing/marker")
+    assert set(log.paths()) <= {"/nothing", "/nothing/marker"}
+
+
+def test_cancel_stops_delivery(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    cancelled_log, live_log = EventLog(), EventLog()
+    watch = reg.watch("/w", cancelled_log)
+    reg.watch("/w", live_log)
+    writer.put("/w/a", b"1")
+    cancelled_log.wait(CREATED, "/w/a")
+    live_log.wait(CREATED, "/w/a")
+    assert watch.active
+    watch.cancel()
+    assert not watch.active
+    watch.cancel()  # idempotent
+    writer.put("/w/a", b"2")
+    writer.put("/w/b", b"3")
+    wait_marker(reg, live_log, writer, "/w/marker")
+    late = [e for e in cancelled_log.events if e.value != b"1" and e.path != "/w"]
+    assert late == [], f"events after cancel(): {late}"
+
+
+def test_cancel_from_inside_the_callback(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    seen: list[Event] = []
+    live = EventLog()
+
+    def once(event: Event) -> None:
+        seen.append(event)
+        watch.cancel()
+
+    watch = reg.watch("/w/a", once)
+    reg.watch("/w", live)
+    writer.put("/w/a", b"1")
+    live.wait(CREATED, "/w/a")
+    writer.put("/w/a", b"2")
+    wait_marker(reg, live, writer, "/w/marker")
+    assert [e.value for e in seen] == [b"1"]
+    assert not watch.active
+
+
+def test_raising_callback_keeps_the_watch(
+    harness: Harness, reg: BaseRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = peer(harness, reg)
+    seen: list[Event] = []
+
+    def flaky(event: Event) -> None:
+        seen.append(event)
+        raise RuntimeError("callback failure on purpose")
+
+    watch = reg.watch("/w/x", flaky)
+    writer.put("/w/x", b"1")
+    wait_for(lambda: len(seen) >= 1, PROMPT, message="first event not delivered")
+    writer.put("/w/x", b"2")
+    wait_for(lambda: any(e.value == b"2" for e in seen), PROMPT, message=lambda: f"got only {seen}")
+    assert watch.active
+    assert any(
+        r.levelno >= logging.ERROR and r.exc_info and "callback failure on purpose" in str(r.exc_info[1])
+        for r in caplog.records
+    ), "the raising callback was not logged"
+
+
+def test_watches_add_no_threads(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    first = EventLog()
+    reg.watch("/w", first)
+    writer.put("/w/0", b"")
+    first.wait(CREATED, "/w/0")
+    baseline = threading.active_count()
+    logs = [EventLog() for _ in range(20)]
+    for i, log in enumerate(logs):
+        reg.watch(f"/w/{i}", log)
+    writer.put("/w/0/x", b"")
+    logs[0].wait(CREATED, "/w/0/x")
+    assert threading.active_count() <= baseline, "watches started threads of their own"
+
+
+def test_watch_registered_before_the_node_exists(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/later/deep", log)
+    writer.put("/later/deep/x", b"x")
+    log.wait(CREATED, "/later/deep", b"")
+    log.wait(CREATED, "/later/deep/x", b"x")
+    assert not any(e.path == "/later" for e in log.events)
+    writer.delete("/later")
+    log.wait(DELETED, "/later/deep/x")
+    log.wait(DELETED, "/later/deep")
+    # the watch outlives the deletion of its own path
+    writer.put("/later/deep", b"again")
+    log.wait(CREATED, "/later/deep", b"again")
+
+
+def test_two_clients_watching_the_same_path(harness: Harness, reg: BaseRegistry) -> None:
+    other = peer(harness, reg)
+    mine, theirs = EventLog(), EventLog()
+    reg.watch("/w", mine)
+    other.watch("/w", theirs)
+    reg.put("/w/a", b"1")
+    mine.wait(CREATED, "/w/a", b"1")
+    theirs.wait(CREATED, "/w/a", b"1")
+
+
+def test_changes_while_server_restarts_are_delivered(harness: Harness) -> None:
+    reg = harness.connect(session_timeout=10)
+    reg.put("/w/updated", b"before")
+    reg.put("/w/deleted", b"before")
+    log = EventLog()
+    reg.watch("/w", log)
+    harness.restart_server(downtime=1.0)
+    writer = peer(harness, reg)  # connected after the restart, maybe before ``reg`` is back
+    writer.put("/w/created", b"after")
+    writer.put("/w/updated", b"after")
+    writer.delete("/w/deleted")
+    log.wait(CREATED, "/w/created", b"after", timeout=RECOVERY)
+    log.wait(UPDATED, "/w/updated", b"after", timeout=RECOVERY)
+    log.wait(DELETED, "/w/deleted", timeout=RECOVERY)
+    # and the watch goes on as before
+    writer.put("/w/later", b"x")
+    log.wait(CREATED, "/w/later", b"x")
+
+
+def test_changes_missed_during_session_expiry_are_delivered(harness: Harness) -> None:
+    reg = harness.connect(session_timeout=session_timeout(harness))
+    reg.put("/w/updated", b"before")
+    reg.put("/w/deleted", b"before")
+    log = EventLog()
+    reg.watch("/w", log)
+    harness.expire_session(reg)
+    writer = peer(harness, reg)
+    writer.put("/w/created", b"after")
+    writer.put("/w/updated", b"after")
+    writer.delete("/w/deleted")
+    log.wait(CREATED, "/w/created", b"after", timeout=RECOVERY)
+    log.wait(UPDATED, "/w/updated", b"after", timeout=RECOVERY)
+    log.wait(DELETED, "/w/deleted", timeout=RECOVERY)
+    writer.put("/w/later", b"x")
+    log.wait(CREATED, "/w/later", b"x")
+    # each change exactly once
+    assert len(log.of("/w/created")) == 1
+    assert len([e for e in log.of("/w/deleted") if e.kind is DELETED]) == 1

@@ -1,0 +1,1 @@
+"""Harnesses: one per backend, each implementing ``tests.harness.Harness``."""

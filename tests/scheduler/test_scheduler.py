@@ -1,0 +1,351 @@
+"""The scheduler end to end, several instances in this process, on every backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler import JobConfig, JobListener, JobRun, JobType, Scheduler, ShardingContext
+from sharding import get_strategy
+from sharding.layout import JobPaths
+from tests.harness import Harness
+from tests.waiting import wait_for
+
+EVERY_SECOND = "* * * * * ?"
+
+
+class Recorder:
+    """Every execution: (fire_time, item) -> instances that ran it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.runs: dict[tuple[float, int], list[str]] = defaultdict(list)
+        self.contexts: list[ShardingContext] = []
+
+    def job(self, instance_id: str) -> object:
+        def run(ctx: ShardingContext) -> None:
+            with self.lock:
+                self.runs[(ctx.fire_time, ctx.sharding_item)].append(instance_id)
+                self.contexts.append(ctx)
+                self.lock.notify_all()
+
+        return run
+
+    def fires(self) -> list[float]:
+        with self.lock:
+            return sorted({fire for fire, _ in self.runs})
+
+    def by_fire(self, fire: float) -> dict[int, list[str]]:
+        with self.lock:
+            return {item: list(who) for (f, item), who in self.runs.items() if f == fire}
+
+    def duplicates(self) -> list[tuple[float, int, list[str]]]:
+        with self.lock:
+            return [(f, i, who) for (f, i), who in self.runs.items() if len(who) > 1]
+
+
+@pytest.fixture
+def schedulers() -> Iterator[list[Scheduler]]:
+    made: list[Scheduler] = []
+    yield made
+    for sched in made:
+        sched.shutdown(wait=True)
+
+
+def start_cluster(
+    harness: Harness, made: list[Scheduler], recorder: Recorder, count: int, namespace: str, **fields: object
+) -> list[Scheduler]:
+    started = []
+    for _ in range(count):
+        sched = Scheduler(harness.url(namespace, session_timeout=harness.min_session_timeout), max_workers=4)
+        sched.add_job(JobConfig(name="job", **fields), recorder.job(sched.instance_id))  # type: ignore[arg-type]
+        made.append(sched)
+        started.append(sched)
+    for sched in started:
+        sched.start()
+    return started
+
+
+def runners_of(recorder: Recorder, fire: float) -> set[str]:
+    return {instance for who in recorder.by_fire(fire).values() for instance in who}
+
+
+def complete_fires(recorder: Recorder, total: int) -> list[float]:
+    return [f for f in recorder.fires() if len(recorder.by_fire(f)) == total]
+
+
+def test_every_item_of_every_fire_runs_exactly_once_as_the_strategy_says(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    recorder = Recorder()
+    namespace = harness.fresh_namespace()
+    cluster = start_cluster(
+        harness, schedulers, recorder, 3, namespace, cron=EVERY_SECOND, sharding_total_count=6
+    )
+    ids = sorted((s.instance_id for s in cluster), reverse=True)
+    expected = get_strategy("AVG_ALLOCATION")(ids, "job", 6)
+    owner = {item: instance for instance, items in expected.items() for item in items}
+
+    def settled_fires() -> list[float]:
+        return [
+            f
+            for f in complete_fires(recorder, 6)
+            if all(w == [owner[i]] for i, w in recorder.by_fire(f).items())
+        ]
+
+    wait_for(lambda: len(settled_fires()) >= 2, 30, message="two fires spread as AVG_ALLOCATION says")
+    assert recorder.duplicates() == []
+
+
+def test_leaving_and_joining_move_items_at_the_next_fire(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    recorder = Recorder()
+    namespace = harness.fresh_namespace()
+    cluster = start_cluster(
+        harness, schedulers, recorder, 2, namespace, cron=EVERY_SECOND, sharding_total_count=4
+    )
+    wait_for(
+        lambda: any(len(runners_of(recorder, f)) == 2 for f in complete_fires(recorder, 4)),
+        30,
+        message="both instances running",
+    )
+    leaving = cluster[1]
+    left_at = time.time()
+    leaving.shutdown(wait=True)
+    wait_for(
+        lambda: any(
+            f > left_at and runners_of(recorder, f) == {cluster[0].instance_id}
+            for f in complete_fires(recorder, 4)
+        ),
+        30,
+        message="the survivor runs all four items",
+    )
+    joiner = start_cluster(
+        harness, schedulers, recorder, 1, namespace, cron=EVERY_SECOND, sharding_total_count=4
+    )[0]
+    joined_at = time.time()
+    wait_for(
+        lambda: any(
+            f > joined_at and joiner.instance_id in runners_of(recorder, f)
+            for f in complete_fires(recorder, 4)
+        ),
+        30,
+        message="the newcomer gets items",
+    )
+    assert recorder.duplicates() == []
+
+
+def test_config_change_in_registry_takes_effect(harness: Harness, schedulers: list[Scheduler]) -> None:
+    recorder = Recorder()
+    namespace = harness.fresh_namespace()
+    cluster = start_cluster(
+        harness, schedulers, recorder, 2, namespace, cron=EVERY_SECOND, sharding_total_count=2
+    )
+    wait_for(lambda: len(complete_fires(recorder, 2)) >= 1, 30, message="a first complete fire")
+    reg = cluster[0].registry
+    raw = reg.get(JobPaths("job").config)
+    assert raw is not None
+    changed = JobConfig.from_json("/job/config", raw).with_changes(sharding_total_count=5, job_parameter="v2")
+    reg.put(JobPaths("job").config, changed.to_json())
+    wait_for(lambda: len(complete_fires(recorder, 5)) >= 1, 30, message="fires over five items")
+    with recorder.lock:
+        assert any(ctx.job_parameter == "v2" and ctx.sharding_total_count == 5 for ctx in recorder.contexts)
+    assert recorder.duplicates() == []
+
+
+def test_trigger_runs_a_one_off_job_once_across_the_cluster(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    recorder = Recorder()
+    namespace = harness.fresh_namespace()
+    cluster = start_cluster(
+        harness,
+        schedulers,
+        recorder,
+        2,
+        namespace,
+        sharding_total_count=4,
+        sharding_item_parameters="0=a,3=d",
+    )
+    wait_for(lambda: all(s.runner("job").sharding.registered for s in cluster), 20, message="registered")
+    wait_for(
+        lambda: len(cluster[0].registry.children(JobPaths("job").instances)) == 2, 20, message="both online"
+    )
+    assert recorder.fires() == []  # one-off: nothing runs by itself
+    cluster[0].trigger("job")
+    wait_for(lambda: len(complete_fires(recorder, 4)) == 1, 30, message="one triggered run of all items")
+    with recorder.lock:
+        params = {ctx.sharding_item: ctx.sharding_parameter for ctx in recorder.contexts}
+    assert params == {0: "a", 1: None, 2: None, 3: "d"}
+    assert recorder.duplicates() == []
+
+
+def test_misfire_runs_once_right_after_a_long_run(harness: Harness, schedulers: list[Scheduler]) -> None:
+    namespace = harness.fresh_namespace()
+    started: list[float] = []
+    release = threading.Event()
+    lock = threading.Lock()
+
+    def slow(ctx: ShardingContext) -> None:
+        with lock:
+            started.append(ctx.fire_time)
+            first = len(started) == 1
+        if first:
+            release.wait(10)  # holds the run across several fires
+
+    sched = Scheduler(harness.url(namespace, session_timeout=harness.min_session_timeout), max_workers=2)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="slow", cron=EVERY_SECOND, sharding_total_count=1, misfire=True), slow)
+    sched.start()
+    wait_for(lambda: len(started) == 1, 20, message="the first run")
+    first_fire = started[0]
+    wait_for(lambda: time.time() > first_fire + 3.2, 10, message="three fires pass during the run")
+    release.set()
+    wait_for(lambda: len(started) >= 2, 10, message="the misfire runs")
+    # exactly one catch-up run for the fires missed meanwhile, carrying the first missed fire time
+    assert started[1] == first_fire + 1
+    wait_for(lambda: len(started) >= 3, 10, message="regular fires resume")
+    assert started[2] > first_fire + 3
+
+
+class _Counting(JobListener):
+    def __init__(self) -> None:
+        self.before: list[JobRun] = []
+        self.after: list[JobRun] = []
+
+    def before_job(self, run: JobRun) -> None:
+        self.before.append(run)
+
+    def after_job(self, run: JobRun) -> None:
+        self.after.append(run)
+
+
+def test_listeners_and_error_handlers(harness: Harness, schedulers: list[Scheduler]) -> None:
+    namespace = harness.fresh_namespace()
+    handled: list[tuple[int, str]] = []
+    listener = _Counting()
+    sched = Scheduler(harness.url(namespace, session_timeout=harness.min_session_timeout), max_workers=2)
+    schedulers.append(sched)
+
+    def flaky(ctx: ShardingContext) -> None:
+        if ctx.sharding_item == 1:
+            raise RuntimeError("item one fails")
+
+    sched.add_job(
+        JobConfig(name="flaky", sharding_total_count=2),
+        flaky,
+        listeners=[listener],
+        error_handler=lambda ctx, exc: handled.append((ctx.sharding_item, str(exc))),
+    )
+    sched.start()
+    wait_for(lambda: sched.runner("flaky").sharding.registered, 20, message="registered")
+    sched.trigger("flaky")
+    wait_for(lambda: len(listener.after) == 1, 20, message="one run")
+    assert len(listener.before) == 1 and listener.after[0].items == (0, 1)
+    assert handled == [(1, "item one fails")]
+    assert set(listener.after[0].errors) == {1} and not listener.after[0].succeeded
+
+
+class _Feed:
+    def __init__(self) -> None:
+        self.batches = {0: [[1, 2], [3], []], 1: [[10], []]}
+        self.processed: list[tuple[int, list[int]]] = []
+
+    def fetch_data(self, ctx: ShardingContext) -> list[int]:
+        return self.batches[ctx.sharding_item].pop(0)
+
+    def process_data(self, ctx: ShardingContext, data: list[int]) -> None:
+        self.processed.append((ctx.sharding_item, data))
+
+
+def test_dataflow_streaming_until_fetch_is_empty(harness: Harness, schedulers: list[Scheduler]) -> None:
+    feed = _Feed()
+    sched = Scheduler(harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout))
+    schedulers.append(sched)
+    sched.add_job(
+        JobConfig(name="feed", sharding_total_count=2, job_type=JobType.DATAFLOW, streaming_process=True),
+        feed,
+    )
+    sched.start()
+    wait_for(lambda: sched.runner("feed").sharding.registered, 20, message="registered")
+    sched.trigger("feed")
+    wait_for(lambda: sched.runner("feed").last_run is not None, 20, message="the run ends")
+    assert sorted(feed.processed) == [(0, [1, 2]), (0, [3]), (1, [10])]
+
+
+def test_script_job_gets_context_as_json_and_reports_exit_status(
+    harness: Harness, schedulers: list[Scheduler], tmp_path: object
+) -> None:
+    import sys
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "out"
+    script = (
+        "import json,sys; c=json.loads(sys.argv[-1]); "
+        f"open({str(out)!r}+str(c['shardingItem']),'w').write(c['jobName']+' '+str(c['shardingParameter']));"
+        "sys.exit(3 if c['shardingItem']==1 else 0)"
+    )
+    import shlex
+
+    sched = Scheduler(harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout))
+    schedulers.append(sched)
+    listener = _Counting()
+    sched.add_job(
+        JobConfig(
+            name="script",
+            sharding_total_count=2,
+            sharding_item_parameters="0=zero,1=one",
+            job_type=JobType.SCRIPT,
+            script_command_line=f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}",
+            error_handler="IGNORE",
+        ),
+        listeners=[listener],
+    )
+    sched.start()
+    wait_for(lambda: sched.runner("script").sharding.registered, 20, message="registered")
+    sched.trigger("script")
+    wait_for(lambda: len(listener.after) == 1, 30, message="the script run ends")
+    assert (out.parent / "out0").read_text() == "script zero"
+    assert (out.parent / "out1").read_text() == "script one"
+    assert set(listener.after[0].errors) == {1}
+    assert "exited with status 3" in str(listener.after[0].errors[1])
+
+
+def test_bad_config_rejected_at_add_job_before_anything_is_written(harness: Harness) -> None:
+    namespace = harness.fresh_namespace()
+    sched = Scheduler(harness.url(namespace))
+    with pytest.raises(ValueError, match="sharding_total_count"):
+        sched.add_job(JobConfig(name="bad", sharding_total_count=0), lambda ctx: None)
+    with pytest.raises(ValueError, match="cron"):
+        sched.add_job(JobConfig(name="bad", cron="61 * * * *"), lambda ctx: None)
+    with pytest.raises(ValueError, match="sharding_strategy"):
+        sched.add_job(JobConfig(name="bad", sharding_strategy="NOPE"), lambda ctx: None)
+    with pytest.raises(ValueError, match="callable"):
+        sched.add_job(JobConfig(name="bad"), object())
+    reader = harness.connect(namespace)
+    assert reader.children("/") == []
+
+
+def test_thousand_jobs_use_a_fixed_number_of_threads(schedulers: list[Scheduler]) -> None:
+    """Thread accounting on memory (the server backends add a fixed few per client)."""
+    ran: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def job(ctx: ShardingContext) -> None:
+        with lock:
+            ran[ctx.job_name] += 1
+
+    baseline = threading.active_count()
+    sched = Scheduler("memory://thousand-jobs/ns", max_workers=8, coordinator_threads=4)
+    schedulers.append(sched)
+    for n in range(1000):
+        sched.add_job(JobConfig(name=f"job{n}", cron=EVERY_SECOND, sharding_total_count=1), job)
+    sched.start()
+    wait_for(lambda: len(ran) == 1000, 60, message="every one of 1,000 jobs ran")
+    grown = threading.active_count() - baseline
+    assert grown <= 8 + 4 + 1 + 4, f"{grown} threads for 1,000 jobs"

@@ -1,0 +1,64 @@
+"""A server the test session did not start (``SHARDJOB_TEST_ZK`` / ``SHARDJOB_TEST_ETCD``).
+
+Invariant: it behaves like a started server for everything a test may do to a server it
+does not own — connect, proxy — and turns every fault that needs process control
+(restart, stop, kill) into a skip, never into a silent no-op.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.servers.env import parse_hosts
+
+__all__ = ["ExternalServer"]
+
+
+class ExternalServer:
+    """``address`` is ``host:port[,host:port...]``; ``kind`` is ``zookeeper`` or ``etcd``."""
+
+    external = True
+    user: str | None = None
+    password: str | None = None
+    tls = None
+
+    def __init__(self, address: str, kind: str) -> None:
+        self.address = address
+        self.kind = kind
+        self.hosts = parse_hosts(address)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait (bounded) until every host takes a write: compose starts us alongside them."""
+        from tests.servers.etcd import etcd_write_check
+        from tests.servers.zookeeper import zookeeper_write_check
+
+        deadline = time.monotonic() + timeout
+        for host, port in self.hosts:
+            while True:
+                remaining = deadline - time.monotonic()
+                ok = (
+                    zookeeper_write_check(f"{host}:{port}", min(5.0, max(0.1, remaining)))
+                    if self.kind == "zookeeper"
+                    else etcd_write_check(host, port, min(5.0, max(0.1, remaining)))
+                )
+                if ok:
+                    break
+                if remaining <= 0:
+                    raise RuntimeError(
+                        f"external {self.kind} at {host}:{port} takes no writes after {timeout:g}s"
+                    )
+                time.sleep(0.2)
+
+    def restart(self, downtime: float = 0.0) -> None:
+        pytest.skip("external server: cannot restart")
+
+    def stop(self) -> None:
+        pytest.skip("external server: cannot stop")
+
+    def kill(self) -> None:
+        pytest.skip("external server: cannot kill")
+
+    def __repr__(self) -> str:
+        return f"<ExternalServer {self.kind} {self.address}>"
