@@ -319,11 +319,21 @@ class JobRunner:
     def _start_run(self, fire_time: float) -> bool:
         self._check_clock()
         sharding = self.sharding
-        current = sharding.ensure_ready()
-        items = sharding.local_items(current)
-        if not items:
+        for attempt in range(3):
+            current = sharding.ensure_ready()
+            items = sharding.local_items(current)
+            if not items:
+                return False
+            try:
+                mark = sharding.mark_running(current, items, fire_time)
+                break
+            except FencedOut as exc:
+                # a resharding began between reading the assignment and marking: plan this
+                # fire again with the new one rather than dropping it
+                if exc.reason != "assignment" or attempt == 2:
+                    raise
+        else:  # pragma: no cover - the loop always breaks or raises
             return False
-        mark = sharding.mark_running(current, items, fire_time)
         run = JobRun(
             job_name=self.name,
             instance_id=self._rt.identity.instance_id,

@@ -17,4 +17,11 @@ class ShardingTimeout(ShardingError):
 
 class FencedOut(ShardingError):
     """A run was refused: the assignment changed, or this instance's session or
-    registration is no longer the one the run was planned with. Nothing ran."""
+    registration is no longer the one the run was planned with. Nothing ran.
+
+    ``reason``: ``"assignment"`` (plan again with the new one), ``"registration"``,
+    ``"running"`` (a run of this job is still marked) or ``"registry"``."""
+
+    def __init__(self, message: str, reason: str = "registry") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -311,7 +311,9 @@ class ShardingService:
         creates this instance's ephemeral running mark. ``FencedOut`` if any fails."""
         version = self._registration.version
         if version is None:
-            raise FencedOut(f"job {self.job}: instance {self.identity.instance_id} is not registered")
+            raise FencedOut(
+                f"job {self.job}: instance {self.identity.instance_id} is not registered", "registration"
+            )
         path = self.paths.running_of(self.identity.instance_id)
         value = json.dumps(
             {"epoch": current.epoch, "items": encode_items(items), "fire_time": fire_time},
@@ -326,14 +328,14 @@ class ShardingService:
                 ]
             )
         except TransactionError as exc:
-            reason = {
-                0: "the assignment changed",
-                1: "this instance's registration is gone",
-                2: "already running",
-            }
-            raise FencedOut(f"job {self.job}: run refused, {reason.get(exc.index or 0, str(exc))}") from None
+            reason, text = {
+                0: ("assignment", "the assignment changed"),
+                1: ("registration", "this instance's registration is gone"),
+                2: ("running", "already running"),
+            }.get(exc.index if exc.index is not None else -1, ("registry", str(exc)))
+            raise FencedOut(f"job {self.job}: run refused, {text}", reason) from None
         except RegistryError as exc:
-            raise FencedOut(f"job {self.job}: run refused, registry unavailable ({exc})") from None
+            raise FencedOut(f"job {self.job}: run refused, registry unavailable ({exc})", "registry") from None
         return RunMark(current.epoch, tuple(items), fire_time, path)
 
     def clear_running(self, mark: RunMark) -> None:
