@@ -136,9 +136,13 @@ def _demo(args: argparse.Namespace) -> int:
             sched.shutdown(wait=True)
         board.flush()
     fires, complete, doubled = board.summary(total)
-    print(f"\ndemo done: {fires} fires, {complete} with every item run exactly once, {doubled} item runs doubled.")
+    print(
+        f"\ndemo done: {fires} fires, {complete} with every item run exactly once, {doubled} item runs doubled."
+    )
     if complete < fires:
-        print("  (a fire racing the hand-over skips the leaver's items for that one fire; failover=True covers them)")
+        print(
+            "  (a fire racing the hand-over skips the leaver's items for that one fire; failover=True covers them)"
+        )
     return EXIT_OK if doubled == 0 else EXIT_ERROR
 
 

@@ -33,6 +33,7 @@ from scheduler.kinds import ItemRunner
 from scheduler.timer import Timer
 from sharding import (
     CorruptNodeError,
+    CurrentAssignment,
     FencedOut,
     InstanceIdentity,
     RunMark,
@@ -40,6 +41,7 @@ from sharding import (
     ShardingService,
     ShardingSettings,
 )
+from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
 
 __all__ = ["ClockSkewError", "JobRunner", "Runtime"]
@@ -72,7 +74,12 @@ def sharding_settings(config: JobConfig) -> ShardingSettings:
         strategy=config.sharding_strategy,
         monitor_execution=config.monitor_execution,
         static=config.static_sharding,
+        failover=config.failover,
     )
+
+
+#: fires of one departed instance queued at most (an every-second job cut off for minutes)
+MAX_MISSED_FIRES = 1000
 
 
 class JobRunner:
@@ -131,9 +138,13 @@ class JobRunner:
             executor=self._rt.coordinator,
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
+            missed_fires=self._missed_fires,
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
+        self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
         self._rt.cache.add_listener(self._on_trigger_event, under=self.paths.triggers)
+        # queued failover work may become ours with a new assignment, not only on a queue change
+        self._sharding.add_assignment_listener(self._on_assignment_change)
         self._sharding.start(server_enabled=not self._config.disabled)
         self._schedule_next(time.time())
         self._schedule_reconcile()
@@ -143,6 +154,7 @@ class JobRunner:
         self._rt.timer.cancel((self.name, "reconcile"))
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
+        self._rt.cache.remove_listener(self._on_failover_event, under=self.paths.failover_items)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._idle:
@@ -237,6 +249,55 @@ class JobRunner:
             log.warning("job %s: reconcile failed", self.name, exc_info=True)
         self._schedule_reconcile()
 
+    def _missed_fires(self, since: float, until: float) -> list[float]:
+        """The schedule's fire times in (since, until], for failover of a departed instance."""
+        schedule = self._schedule
+        fires: list[float] = []
+        if schedule is None:
+            return fires
+        due = schedule.next_fire(since)
+        while due is not None and due <= until and len(fires) < MAX_MISSED_FIRES:
+            fires.append(due)
+            due = schedule.next_fire(due)
+        return fires
+
+    # -- failover -------------------------------------------------------------------------
+    def _on_assignment_change(self) -> None:
+        if self._config.failover and not self._rt.stopping.is_set():
+            self._rt.coordinator.submit(self.run_failover)
+
+    def _on_failover_event(self, event: Event) -> None:
+        if event.kind is not EventKind.DELETED and self._config.failover:
+            self._rt.coordinator.submit(self.run_failover)
+
+    def run_failover(self) -> None:
+        """Run queued failover work for items this instance owns, one fire time at a time,
+        at once (not at the next fire); the owner runs it, so an item never runs twice at
+        the same moment."""
+        if not self._config.failover or self._rt.stopping.is_set() or self._sharding is None:
+            return
+        current = self._sharding.ready()
+        if current is None:
+            return  # a resharding is under way: the new assignment's owners take it
+        entries = self._sharding.failover_entries(current)
+        if not entries:
+            return
+        fire_time = entries[0].fire_time
+        claimed = [e for e in entries if e.fire_time == fire_time]
+        with self._lock:
+            if self._running or not self._live():
+                return  # retried when the current run ends
+            self._running = True
+        started = False
+        try:
+            started = self._launch(current, [e.item for e in claimed], fire_time, claimed=claimed)
+        except FencedOut as exc:
+            log.info("%s; failover resynchronises", exc)
+        except (ShardingError, RegistryError) as exc:
+            log.warning("job %s: failover run not started: %s", self.name, exc)
+        if not started:
+            self._run_ended()
+
     # -- triggers -----------------------------------------------------------------------
     def _on_trigger_event(self, event: Event) -> None:
         if (
@@ -325,21 +386,31 @@ class JobRunner:
             if not items:
                 return False
             try:
-                mark = sharding.mark_running(current, items, fire_time)
-                break
+                return self._launch(current, items, fire_time)
             except FencedOut as exc:
                 # a resharding began between reading the assignment and marking: plan this
                 # fire again with the new one rather than dropping it
                 if exc.reason != "assignment" or attempt == 2:
                     raise
-        else:  # pragma: no cover - the loop always breaks or raises
-            return False
+        return False
+
+    def _launch(
+        self,
+        current: CurrentAssignment,
+        items: Sequence[int],
+        fire_time: float,
+        *,
+        claimed: Sequence[FailoverEntry] = (),
+    ) -> bool:
+        """Mark (the fence), then hand the items to the worker pool; True once launched."""
+        mark = self.sharding.mark_running(current, items, fire_time, claimed=claimed)
         run = JobRun(
             job_name=self.name,
             instance_id=self._rt.identity.instance_id,
             fire_time=fire_time,
             epoch=current.epoch,
             items=tuple(items),
+            failover=bool(claimed),
             started=time.time(),
         )
         for listener in self._listeners:
@@ -416,9 +487,13 @@ class JobRunner:
             missed = self._misfired if self._live() else None
             if missed is not None:
                 self._misfired = None
-        if missed is not None and not self._rt.stopping.is_set():
+        if self._rt.stopping.is_set():
+            return
+        if missed is not None:
             log.info("job %s: running misfired fire %.3f now", self.name, missed)
             self._rt.coordinator.submit(self.fire, missed)
+        elif self._config.failover:
+            self._rt.coordinator.submit(self.run_failover)
 
     def _call_listener(self, fn: Callable[[JobRun], Any], run: JobRun) -> None:
         try:

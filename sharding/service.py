@@ -38,6 +38,7 @@ from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, decode_items, encode_items
 from sharding.errors import FencedOut, ShardingError, ShardingTimeout
+from sharding.failover import FailoverEntry, FailoverQueue, MissedFires, RunTrace, plan_entries
 from sharding.instance import InstanceIdentity
 from sharding.layout import JobPaths
 from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
@@ -47,6 +48,8 @@ __all__ = ["CurrentAssignment", "RunMark", "ServerStatus", "ShardingService", "S
 log = logging.getLogger("sharding")
 
 ENABLED = b"ENABLED"
+#: departed instances handled per resharding transaction (the rest in the next round)
+_MAX_DEPARTED_PER_RESHARD = 100
 DISABLED = b"DISABLED"
 
 
@@ -61,6 +64,8 @@ class ShardingSettings:
     strategy: str = "AVG_ALLOCATION"
     monitor_execution: bool = True
     static: bool = False
+    #: keep running marks persistent and queue a departed instance's undone work
+    failover: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.total, bool) or not isinstance(self.total, int) or self.total < 1:
@@ -108,6 +113,7 @@ class ShardingService:
         executor: Executor,
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
+        missed_fires: MissedFires | None = None,
     ) -> None:
         self._reg = reg
         self.paths = JobPaths(job)
@@ -119,6 +125,8 @@ class ShardingService:
         if not is_below(self.paths.root, self._cache.root):
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
+        self._missed_fires = missed_fires
+        self._last_fire: float | None = None
         self._registration = _Registration()
         self._reshard_lock = threading.RLock()
         self._state_lock = threading.Lock()
@@ -192,8 +200,14 @@ class ShardingService:
         self._cache.remove_listener(self._on_change, under=self.paths.root)
         self._reg.remove_listener(self._on_session)
         try:
-            # leave membership first, so the next leader computes without this instance
-            self._reg.delete(self.paths.running_of(self.identity.instance_id))
+            # leave membership first, so the next leader computes without this instance;
+            # with failover, leave the last fire behind so the fires until the hand-over
+            # are covered (the leader removes the trace when it reshards)
+            running = self.paths.running_of(self.identity.instance_id)
+            if self._settings.failover and self._last_fire is not None:
+                self._reg.put(running, RunTrace("left", (), self._last_fire).encode())
+            else:
+                self._reg.delete(running)
             self._reg.delete(self.paths.instance(self.identity.instance_id))
             self._election.stop()
         except RegistryError:
@@ -269,6 +283,10 @@ class ShardingService:
             self._reported_corrupt.add((path, version))
             log.error("job %s: corrupt registry node %s (%s); it will be rewritten", self.job, path, problem)
 
+    def ready(self) -> CurrentAssignment | None:
+        """The READY assignment, unflagged, from the cache — or None (no waiting)."""
+        return self._ready()
+
     def _ready(self) -> CurrentAssignment | None:
         node = self._cache.get_node(self.paths.assignment)
         if node is None or self._cache.exists(self.paths.necessary):
@@ -305,38 +323,68 @@ class ShardingService:
         disabled = self.disabled_items()
         return [i for i in current.assignment.items_of(self.identity.instance_id) if i not in disabled]
 
-    def mark_running(self, current: CurrentAssignment, items: Sequence[int], fire_time: float) -> RunMark:
+    def mark_running(
+        self,
+        current: CurrentAssignment,
+        items: Sequence[int],
+        fire_time: float,
+        *,
+        claimed: Sequence[FailoverEntry] = (),
+    ) -> RunMark:
         """The fencing point: ONE transaction that checks the assignment is still the one
         read, that this instance's registration (and so its session) is the live one, and
-        creates this instance's ephemeral running mark. ``FencedOut`` if any fails."""
+        creates this instance's running mark (ephemeral, or persistent with failover so a
+        crash leaves it behind). With ``claimed`` failover entries it also removes them from
+        the queue, at the version read. ``FencedOut`` if any of it fails: nothing ran."""
         version = self._registration.version
         if version is None:
             raise FencedOut(
                 f"job {self.job}: instance {self.identity.instance_id} is not registered", "registration"
             )
         path = self.paths.running_of(self.identity.instance_id)
-        value = json.dumps(
-            {"epoch": current.epoch, "items": encode_items(items), "fire_time": fire_time},
-            separators=(",", ":"),
-        ).encode()
+        trace = RunTrace("running", tuple(items), fire_time, failover=bool(claimed))
+        ops: list[Check | Create | Set] = [
+            Check(self.paths.assignment, current.version),
+            Check(self.paths.instance(self.identity.instance_id), version),
+            Create(path, trace.encode(), ephemeral=not self._settings.failover),
+        ]
+        if claimed:
+            queue_node = self._cache.get_node(self.paths.failover_items)
+            if queue_node is None:
+                raise FencedOut(f"job {self.job}: failover entries already taken", "assignment")
+            remaining = self._failover_queue(queue_node).without(claimed)
+            ops.append(Set(self.paths.failover_items, remaining.encode(), queue_node.version))
         try:
-            self._reg.transaction(
-                [
-                    Check(self.paths.assignment, current.version),
-                    Check(self.paths.instance(self.identity.instance_id), version),
-                    Create(path, value, ephemeral=True),
-                ]
-            )
+            self._reg.transaction(ops)
         except TransactionError as exc:
             reason, text = {
                 0: ("assignment", "the assignment changed"),
                 1: ("registration", "this instance's registration is gone"),
                 2: ("running", "already running"),
+                3: ("assignment", "the failover queue changed"),
             }.get(exc.index if exc.index is not None else -1, ("registry", str(exc)))
             raise FencedOut(f"job {self.job}: run refused, {text}", reason) from None
         except RegistryError as exc:
-            raise FencedOut(f"job {self.job}: run refused, registry unavailable ({exc})", "registry") from None
+            raise FencedOut(
+                f"job {self.job}: run refused, registry unavailable ({exc})", "registry"
+            ) from None
+        if not claimed:
+            self._last_fire = fire_time if self._last_fire is None else max(self._last_fire, fire_time)
         return RunMark(current.epoch, tuple(items), fire_time, path)
+
+    def failover_entries(self, current: CurrentAssignment) -> list[FailoverEntry]:
+        """Queued failover work for the items this instance owns in ``current``."""
+        node = self._cache.get_node(self.paths.failover_items)
+        if node is None:
+            return []
+        return self._failover_queue(node).for_items(self.local_items(current))
+
+    def _failover_queue(self, node: Node) -> FailoverQueue:
+        try:
+            return FailoverQueue.decode(self.paths.failover_items, node.value)
+        except CorruptNodeError as exc:
+            self._report_corrupt(self.paths.failover_items, node.version, exc.problem)
+            return FailoverQueue()
 
     def clear_running(self, mark: RunMark) -> None:
         try:
@@ -377,6 +425,9 @@ class ShardingService:
         settings = self._settings
         if assignment.total != settings.total:
             return f"total count {assignment.total} -> {settings.total}"
+        stale = sorted(set(self.running_instances()) - set(self.online_instances()))
+        if stale:
+            return f"running marks left by departed instances {stale}"
         if settings.static and assignment.items:
             return None
         available = set(self.available_instances())
@@ -462,9 +513,13 @@ class ShardingService:
         new = Assignment(
             epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version
         )
-        ops: list[Check | Set | Delete] = [*fence_ops, Set(self.paths.assignment, new.encode(), node.version)]
+        ops: list[Check | Create | Set | Delete] = [
+            *fence_ops,
+            Set(self.paths.assignment, new.encode(), node.version),
+        ]
         if flag is not None:
             ops.append(Delete(self.paths.necessary, flag.version))
+        ops.extend(self._departed_ops(settings, previous))
         if not self._transact(ops):
             return None if self.is_leader else False
         with self._state_lock:
@@ -479,6 +534,56 @@ class ShardingService:
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
         return True
+
+    def _departed_ops(
+        self, settings: ShardingSettings, previous: Assignment | None
+    ) -> list[Create | Set | Delete]:
+        """Remove the running marks of departed instances and, with failover, queue what
+        they left undone — in the same transaction as the new assignment (module
+        ``sharding.failover``). Bounded so the transaction stays within every limit."""
+        online = set(self.online_instances())
+        ops: list[Create | Set | Delete] = []
+        departed: dict[str, RunTrace | None] = {}
+        for instance in sorted(set(self.running_instances()) - online)[:_MAX_DEPARTED_PER_RESHARD]:
+            mark = self._reg.get_node(self.paths.running_of(instance))
+            if mark is None:
+                continue
+            ops.append(Delete(self.paths.running_of(instance), mark.version))
+            try:
+                departed[instance] = RunTrace.decode(self.paths.running_of(instance), mark.value)
+            except CorruptNodeError as exc:
+                self._report_corrupt(self.paths.running_of(instance), mark.version, exc.problem)
+                departed[instance] = None
+        if not settings.failover:
+            return ops
+        if previous is not None:
+            for instance in previous.items:
+                if instance not in online and instance not in departed:
+                    departed[instance] = None  # died between runs, no trace left
+        entries = plan_entries(
+            previous,
+            departed,
+            now=time.time(),
+            session_timeout=self._reg.session_timeout,
+            missed_fires=self._missed_fires,
+            disabled=self.disabled_items(),
+        )
+        if not entries:
+            return ops
+        queue_node = self._reg.get_node(self.paths.failover_items)
+        queue = FailoverQueue() if queue_node is None else self._failover_queue(queue_node)
+        merged = queue.merged(entries, settings.total).encode()
+        log.warning(
+            "job %s: failover queues %d (item, fire) pair(s) left by %s",
+            self.job,
+            len(entries),
+            sorted(departed),
+        )
+        if queue_node is None:
+            ops.append(Create(self.paths.failover_items, merged))
+        else:
+            ops.append(Set(self.paths.failover_items, merged, queue_node.version))
+        return ops
 
     def _compute(self, settings: ShardingSettings, previous: Assignment | None) -> dict[str, tuple[int, ...]]:
         instances = self.available_instances()
@@ -504,14 +609,18 @@ class ShardingService:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
             return False
 
+    def _runs_in_progress(self) -> list[str]:
+        """Instances still online with a running mark (a departed one's mark never clears)."""
+        return sorted(set(self.running_instances()) & set(self.online_instances()))
+
     def _wait_runs_finished(self) -> bool:
         """Wait (by watch) until no instance holds a running mark; False if leadership ends."""
         while True:
             if not self.is_leader or self._stopping:
                 return False
-            if self._cache.wait_until(lambda: not self._cache.children(self.paths.running), 1.0):
+            if self._cache.wait_until(lambda: not self._runs_in_progress(), 1.0):
                 return True
-            log.info("job %s: resharding waits for running items on %s", self.job, self.running_instances())
+            log.info("job %s: resharding waits for running items on %s", self.job, self._runs_in_progress())
 
     # -- reactions ------------------------------------------------------------------------
     def _schedule_evaluation(self) -> None:

@@ -1,0 +1,147 @@
+"""Failover: what a departed instance left undone, queued for the items' new owners.
+
+An instance marks each run in ``running/{id}`` (persistent when failover is on, so a crash
+leaves it behind) and, when it stops cleanly, leaves ``{"state": "left", "last_fire": F}``
+there. When the leader reshards without an instance that is gone, it turns that trace into
+queue entries ``(item, fire_time)``:
+
+- a run in progress at death: its items at its fire time;
+- every fire the instance's items missed afterwards, up to the new epoch: its assigned
+  items at each fire time of the schedule since its last known fire (the run's fire, its
+  ``last_fire`` when it left cleanly, or — when it died between runs and left no trace —
+  the session timeout before the death was seen, the earliest it can have stopped).
+
+The queue is ONE node, written in the same fenced transaction as the new assignment
+(together with the removal of the stale marks), so nothing is lost or queued twice. Each
+entry is run by the item's owner in the new assignment — never by an idle bystander — so
+an item is still run by one instance at a time: the owner runs its failover entries and its
+regular fires one after the other. Duplicates are possible (at least once); overlaps are not,
+except by a process paused in the middle of an item, which no registry can stop (the epoch
+in its context is the fencing token for that case).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from sharding.assignment import Assignment, CorruptNodeError, decode_items, encode_items
+
+__all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "plan_entries"]
+
+#: a bound on the queue so that it stays a small node (about 40 bytes per entry)
+MAX_ENTRIES = 5_000
+
+MissedFires = Callable[[float, float], list[float]]
+
+
+@dataclass(frozen=True, order=True)
+class FailoverEntry:
+    fire_time: float
+    item: int
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class FailoverQueue:
+    entries: tuple[FailoverEntry, ...] = ()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            [[e.item, e.fire_time, e.origin] for e in sorted(self.entries)], separators=(",", ":")
+        ).encode()
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes | None) -> FailoverQueue:
+        if not raw:
+            return cls()
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            entries = tuple(FailoverEntry(float(fire), int(item), str(origin)) for item, fire, origin in doc)
+        except (UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise CorruptNodeError(path, f"not a failover queue ({exc})") from None
+        return cls(entries)
+
+    def merged(self, more: Iterable[FailoverEntry], total: int) -> FailoverQueue:
+        """Union with ``more``, items beyond ``total`` dropped, bounded to the newest."""
+        seen = {(e.item, e.fire_time): e for e in (*self.entries, *more) if 0 <= e.item < total}
+        entries = sorted(seen.values())
+        return FailoverQueue(tuple(entries[-MAX_ENTRIES:]))
+
+    def without(self, done: Iterable[FailoverEntry]) -> FailoverQueue:
+        taken = {(e.item, e.fire_time) for e in done}
+        return FailoverQueue(tuple(e for e in self.entries if (e.item, e.fire_time) not in taken))
+
+    def for_items(self, items: Iterable[int]) -> list[FailoverEntry]:
+        mine = set(items)
+        return sorted(e for e in self.entries if e.item in mine)
+
+
+@dataclass(frozen=True)
+class RunTrace:
+    """What ``running/{id}`` says about an instance."""
+
+    state: str  # "running" | "left"
+    items: tuple[int, ...]
+    fire_time: float | None
+    failover: bool = False
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "state": self.state,
+                "items": encode_items(self.items),
+                "fire_time": self.fire_time,
+                "failover": self.failover,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, path: str, raw: bytes) -> RunTrace:
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            fire = doc.get("fire_time")
+            return cls(
+                state=str(doc.get("state", "running")),
+                items=tuple(decode_items(doc.get("items", ""))),
+                fire_time=None if fire is None else float(fire),
+                failover=bool(doc.get("failover", False)),
+            )
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError) as exc:
+            raise CorruptNodeError(path, f"not a running mark ({exc})") from None
+
+
+def plan_entries(
+    previous: Assignment | None,
+    departed: Mapping[str, RunTrace | None],
+    *,
+    now: float,
+    session_timeout: float,
+    missed_fires: MissedFires | None,
+    disabled: set[int],
+) -> list[FailoverEntry]:
+    """Queue entries for ``departed`` instances (id -> its trace, None when it left none)."""
+    entries: list[FailoverEntry] = []
+    for instance, trace in departed.items():
+        since = now - session_timeout - 1.0  # died between runs: the earliest it can have stopped
+        if trace is not None:
+            if trace.state == "running" and trace.fire_time is not None:
+                entries.extend(FailoverEntry(trace.fire_time, item, instance) for item in trace.items)
+                since = trace.fire_time
+            elif trace.state == "left":
+                since = trace.fire_time if trace.fire_time is not None else now
+        if missed_fires is None or previous is None:
+            continue
+        owned = [item for item in previous.items_of(instance) if item not in disabled]
+        if not owned:
+            continue
+        for fire in missed_fires(since, now):
+            entries.extend(FailoverEntry(fire, item, instance) for item in owned)
+    return entries
+
+
+def wall_clock() -> float:
+    return time.time()

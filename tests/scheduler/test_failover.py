@@ -1,0 +1,128 @@
+"""Failover in process, on every backend: an instance cut off from the registry (its
+session expires, as a crashed process's would) leaves no (item, fire) unrun, and no item
+ever runs on two instances at the same moment."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from scheduler import JobConfig, Scheduler, ShardingContext
+from tests.harness import Harness
+from tests.waiting import wait_for
+
+TOTAL = 6
+
+
+@dataclass(frozen=True)
+class Execution:
+    instance: str
+    item: int
+    fire_time: float
+    start: float
+    end: float
+    failover: bool
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.executions: list[Execution] = []
+
+    def job(self, instance: str, hold: float) -> object:
+        def run(ctx: ShardingContext) -> None:
+            start = time.time()
+            if hold:
+                threading.Event().wait(hold)  # the item's own work: it takes this long
+            with self.lock:
+                self.executions.append(
+                    Execution(instance, ctx.sharding_item, ctx.fire_time, start, time.time(), ctx.failover)
+                )
+
+        return run
+
+    def pairs(self) -> set[tuple[int, float]]:
+        with self.lock:
+            return {(e.item, e.fire_time) for e in self.executions}
+
+    def overlaps(self) -> list[tuple[Execution, Execution]]:
+        with self.lock:
+            runs = sorted(self.executions, key=lambda e: (e.item, e.start))
+        found = []
+        for a, b in zip(runs, runs[1:], strict=False):
+            if a.item == b.item and a.instance != b.instance and b.start < a.end:
+                found.append((a, b))
+        return found
+
+
+@pytest.fixture
+def schedulers() -> Iterator[list[Scheduler]]:
+    made: list[Scheduler] = []
+    yield made
+    for sched in made:
+        sched.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("failover", [True, False])
+def test_cut_off_instance_leaves_no_fire_unrun(
+    harness: Harness, schedulers: list[Scheduler], failover: bool
+) -> None:
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    timeout = harness.min_session_timeout
+    link = harness.link()
+    urls = [harness.url(namespace, session_timeout=timeout)] * 2 + [link.url(namespace, session_timeout=timeout)]
+    cluster = []
+    for url in urls:
+        sched = Scheduler(url, max_workers=TOTAL)
+        sched.add_job(
+            JobConfig(name="job", cron="* * * * * ?", sharding_total_count=TOTAL, failover=failover),
+            journal.job(sched.instance_id, hold=0.3),
+        )
+        schedulers.append(sched)
+        cluster.append(sched)
+    for sched in cluster:
+        sched.start()
+    victim = cluster[2]
+
+    def runs_of(instance: str) -> int:
+        with journal.lock:
+            return sum(1 for e in journal.executions if e.instance == instance)
+
+    wait_for(lambda: runs_of(victim.instance_id) >= 2, 30, message="the victim runs its items")
+    # cut while the victim is inside a run: its items are held for 0.3 s after each fire
+    wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+    cut_at = time.time()
+    link.cut()
+    survivors = [s.instance_id for s in cluster[:2]]
+    settle = cut_at + timeout + 4
+
+    def covered_after(moment: float) -> bool:
+        with journal.lock:
+            return any(
+                e.fire_time > moment and {x.item for x in journal.executions if x.fire_time == e.fire_time}
+                == set(range(TOTAL))
+                for e in journal.executions
+                if e.instance in survivors
+            )
+
+    wait_for(lambda: time.time() > settle and covered_after(settle), timeout + 30, message="survivors cover all")
+    end = time.time() - 1.5  # fires after this may still be running
+    fires = sorted({f for _, f in journal.pairs() if f < end})
+    first = min(f for f in fires if f >= cut_at - 2)
+    window = [f for f in fires if f >= first]
+    missing = [(i, f) for f in window for i in range(TOTAL) if (i, f) not in journal.pairs()]
+    assert journal.overlaps() == []
+    if failover:
+        assert missing == [], f"unrun (item, fire) pairs with failover on: {missing}"
+        with journal.lock:
+            assert any(e.failover for e in journal.executions), "nothing ran as failover"
+    else:
+        # without failover the departed instance's items are skipped until the resharding
+        assert missing, "expected the cut-off instance's fires to go unrun without failover"
+        assert all(f <= cut_at + timeout + 3 for _, f in missing)
+    link.restore()
