@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,7 +71,7 @@ class JobConfig:
     #: allowed clock skew against the registry; -1 disables the check
     max_time_diff_seconds: int = -1
     #: below 1 disables reconciliation
-    reconcile_interval_minutes: int = 10
+    reconcile_interval_minutes: float = 10
     sharding_strategy: str = "AVG_ALLOCATION"
     description: str = ""
     props: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
@@ -136,9 +137,11 @@ class JobConfig:
         diff = self.max_time_diff_seconds
         if not _is_int(diff) or diff < -1:
             raise ValueError(f"max_time_diff_seconds {diff!r}: must be an int, -1 (off) or >= 0")
-        if not _is_int(self.reconcile_interval_minutes):
+        minutes = self.reconcile_interval_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, int | float) or not math.isfinite(minutes):
             raise ValueError(
-                f"reconcile_interval_minutes {self.reconcile_interval_minutes!r}: must be an int (< 1: off)"
+                f"reconcile_interval_minutes {minutes!r}: must be a number of minutes (<= 0: off; "
+                "fractions allowed, e.g. 0.5 for 30 s)"
             )
         try:
             get_strategy(self.sharding_strategy)

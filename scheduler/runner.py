@@ -237,7 +237,7 @@ class JobRunner:
     def _schedule_reconcile(self) -> None:
         minutes = self._config.reconcile_interval_minutes
         key = (self.name, "reconcile")
-        if minutes < 1 or self._rt.stopping.is_set():
+        if minutes <= 0 or self._rt.stopping.is_set():
             self._rt.timer.cancel(key)
             return
         self._rt.timer.schedule(key, time.time() + minutes * 60, self._on_reconcile)
