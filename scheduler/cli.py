@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-time-diff-seconds", type=int, default=-1, metavar="S", help="max clock skew (-1: off)"
     )
     worker.add_argument(
-        "--reconcile-interval-minutes", type=int, default=10, metavar="M", help="self-repair interval"
+        "--reconcile-interval-minutes", type=float, default=10, metavar="M", help="self-repair interval"
     )
     worker.add_argument("--overwrite", action="store_true", help="local config replaces the registry's")
     worker.add_argument("--disabled", action="store_true", help="start with this server disabled")
