@@ -14,6 +14,7 @@ thread count does not grow with the number of jobs.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -102,7 +103,9 @@ class JobRunner:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._running = False
-        self._misfired: float | None = None
+        # fires owed: a misfire (coalesced to one, as ElasticJob) and, with failover, every
+        # fire missed while the session was down (each one, bounded)
+        self._owed: collections.deque[float] = collections.deque(maxlen=MAX_MISSED_FIRES)
         self._sharding: ShardingService | None = None
         self._reported: set[bytes] = set()
         self._last_run: JobRun | None = None
@@ -330,14 +333,7 @@ class JobRunner:
             return
         with self._lock:
             if self._running or not self._live():
-                if self._config.misfire and self._misfired is None:
-                    self._misfired = fire_time
-                log.info(
-                    "job %s: fire %.3f %s",
-                    self.name,
-                    fire_time,
-                    "remembered as a misfire" if self._config.misfire else "skipped",
-                )
+                self._owe(fire_time, session_down=not self._running)
                 return
             self._running = True
         started = False
@@ -354,15 +350,29 @@ class JobRunner:
         if not started:
             self._run_ended()
 
+    def _owe(self, fire_time: float, *, session_down: bool) -> None:
+        """Remember a fire that cannot run now (lock held). With failover every fire missed
+        while the session is down is owed; otherwise one misfire stands for all."""
+        if session_down and self._config.failover:
+            self._owed.append(fire_time)
+            what = "owed until the session is back"
+        elif self._config.misfire:
+            if not self._owed:
+                self._owed.append(fire_time)
+            what = "remembered as a misfire"
+        else:
+            what = "skipped"
+        log.info("job %s: fire %.3f %s", self.name, fire_time, what)
+
     def resume(self) -> None:
-        """The session is back: run a fire remembered while it was down (once)."""
+        """The session is back: run the fires owed meanwhile."""
         deadline = time.monotonic() + self._rt.wait_timeout
         while not self._live() and time.monotonic() < deadline and not self._rt.stopping.is_set():
             self.sharding.cache.wait_until(self._live, 0.5)
         with self._lock:
-            missed, self._misfired = (self._misfired, None) if not self._running else (None, self._misfired)
-        if missed is not None:
-            self.fire(missed)
+            owed = None if self._running or not self._owed else self._owed.popleft()
+        if owed is not None:
+            self.fire(owed)
 
     def _live(self) -> bool:
         return self._rt.live() and self._sharding is not None and self._sharding.registered
@@ -484,13 +494,11 @@ class JobRunner:
         with self._idle:
             self._running = False
             self._idle.notify_all()
-            missed = self._misfired if self._live() else None
-            if missed is not None:
-                self._misfired = None
+            missed = self._owed.popleft() if self._owed and self._live() else None
         if self._rt.stopping.is_set():
             return
         if missed is not None:
-            log.info("job %s: running misfired fire %.3f now", self.name, missed)
+            log.info("job %s: running owed fire %.3f now", self.name, missed)
             self._rt.coordinator.submit(self.fire, missed)
         elif self._config.failover:
             self._rt.coordinator.submit(self.run_failover)
