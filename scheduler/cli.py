@@ -8,7 +8,6 @@ shutdown), 2 bad usage or configuration, 3 registry unreachable, 1 anything else
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import signal
 import sys
@@ -25,6 +24,7 @@ from registry.errors import RegistryConnectionError, RegistryError
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.scheduler import Scheduler
+from sharding.strategy_loader import import_object
 
 __all__ = ["main"]
 
@@ -148,17 +148,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 # -- worker -------------------------------------------------------------------------------
 def _load_job(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"--job {spec!r}: expected 'package.module:function'")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"--job {spec!r}: cannot import {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"--job {spec!r}: {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
+    target = import_object(spec, "--job")
     return target() if isinstance(target, type) else target
 
 

@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 from sharding.strategies import avg_allocation, odevity, round_robin, sticky
 
-__all__ = ["BUILTIN_STRATEGIES", "ENTRY_POINT_GROUP", "Strategy", "check_assignment", "get_strategy"]
+__all__ = [
+    "BUILTIN_STRATEGIES",
+    "ENTRY_POINT_GROUP",
+    "Strategy",
+    "check_assignment",
+    "get_strategy",
+    "import_object",
+]
 
 ENTRY_POINT_GROUP = "shardjob.sharding_strategies"
 
@@ -78,22 +85,22 @@ def _validated(strategy: Callable[..., Any], name: str) -> Callable[..., dict[st
     return run
 
 
-def _load_object(name: str) -> Callable[..., Any]:
-    module_name, _, attr = name.partition(":")
+def import_object(spec: str, what: str) -> Any:
+    """The object named by ``"package.module:attr"`` (``attr`` may be dotted); a
+    ``ValueError`` naming ``what`` and the fault otherwise. Shared with the CLI's ``--job``."""
+    module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"sharding strategy {name!r}: expected 'package.module:attr'")
+        raise ValueError(f"{what} {spec!r}: expected 'package.module:attr'")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"sharding strategy {name!r}: cannot import {module_name!r}: {exc}") from None
+        raise ValueError(f"{what} {spec!r}: cannot import {module_name!r}: {exc}") from None
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise ValueError(
-                f"sharding strategy {name!r}: {module_name!r} has no attribute {attr!r}"
-            ) from None
-    return _as_callable(target, name)
+            raise ValueError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}") from None
+    return target
 
 
 def _as_callable(target: Any, name: str) -> Callable[..., Any]:
@@ -116,7 +123,7 @@ def get_strategy(name: str) -> Callable[..., dict[str, list[int]]]:
     if builtin is not None:
         return builtin
     if ":" in name:
-        return _validated(_load_object(name), name)
+        return _validated(_as_callable(import_object(name, "sharding strategy"), name), name)
     plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if name in plugins:
         try:
