@@ -76,8 +76,17 @@ class _Board:
             print(f"  {stamp}   " + "  ".join(cells), flush=True)
 
     def flush(self) -> None:
+        """Print every remaining row (once no run is in flight any more)."""
         with self._changed:
             self._print_finished(settle=0.0)
+
+    def settle(self, quiet: float = 0.6) -> None:
+        """Print the rows of every fire so far once each had ``quiet`` seconds to finish."""
+        with self._changed:
+            latest = max(self._runs, default=0.0)
+            while time.time() - latest < quiet:
+                self._changed.wait(quiet - (time.time() - latest))
+            self._print_finished(settle=quiet)
 
     def summary(self, total: int) -> tuple[int, int, int]:
         """(fires, fires where every item ran exactly once, item runs that were doubled)."""
@@ -94,6 +103,12 @@ def _demo(args: argparse.Namespace) -> int:
     url = args.registry or f"memory://shardjob-demo-{int(time.time())}?session_timeout=3"
     registry.parse_url(url)
     total, count = args.items, args.instances
+    if count < 2:
+        raise ValueError(f"--instances must be >= 2 (one of them leaves midway), got {count}")
+    if total < 1:
+        raise ValueError(f"--items must be >= 1, got {total}")
+    if args.fires < 1:
+        raise ValueError(f"--fires must be >= 1, got {args.fires}")
     schedulers = [Scheduler(url, max_workers=4, coordinator_threads=2) for _ in range(count)]
     labels = {s.instance_id: chr(ord("A") + i) for i, s in enumerate(schedulers)}
     board = _Board(labels)
@@ -123,10 +138,10 @@ def _demo(args: argparse.Namespace) -> int:
             print("demo: fires did not arrive in time", file=sys.stderr)
             return EXIT_ERROR
         leaving = schedulers[-1]
+        board.settle()
         print(
             f"\n  -- instance {labels[leaving.instance_id]} shuts down cleanly: its items move at once --\n"
         )
-        board.flush()
         leaving.shutdown(wait=True)
         if not board.wait_fires(2 * args.fires, args.fires * 3 + 20):
             print("demo: fires did not arrive in time after the shutdown", file=sys.stderr)
@@ -157,8 +172,11 @@ def _worker(args: argparse.Namespace) -> int:
     target = None if job_type is JobType.SCRIPT else _load_job(args.job) if args.job else None
     if target is None and job_type is not JobType.SCRIPT:
         raise ValueError("--job is required unless --job-type script")
+    name = args.name or (args.job.partition(":")[2].split(".")[-1] if args.job else "")
+    if not name:
+        raise ValueError("--name is required for a script job (there is no function to name it after)")
     config = JobConfig(
-        name=args.name or (args.job.partition(":")[2].split(".")[-1] if args.job else ""),
+        name=name,
         cron=args.cron,
         time_zone=args.time_zone,
         sharding_total_count=args.total,
@@ -186,6 +204,11 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     sched.start()
+    failed = sched.failed_jobs.get(config.name)
+    if failed is not None:
+        sched.shutdown(wait=False)
+        print(f"shardjob: job {config.name!r} could not start: {failed}", file=sys.stderr)
+        return EXIT_ERROR
     print(f"worker {sched.instance_id} running job {config.name!r}; SIGTERM stops it gracefully", flush=True)
     stop.wait()
     sched.shutdown(wait=True)

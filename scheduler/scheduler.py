@@ -27,7 +27,7 @@ from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
 from scheduler.kinds import make_item_runner
 from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
-from sharding import InstanceIdentity
+from sharding import InstanceIdentity, ShardingError
 from sharding.layout import JobPaths, validate_job_name
 
 __all__ = ["Scheduler"]
@@ -74,6 +74,7 @@ class Scheduler:
         self._runtime: Runtime | None = None
         self._owns_registry = isinstance(registry_center, str)
         self._started = False
+        self._failed: dict[str, Exception] = {}
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -95,6 +96,12 @@ class Scheduler:
             if name not in self._runners:
                 raise KeyError(f"job {name!r} is not running in this scheduler")
             return self._runners[name]
+
+    @property
+    def failed_jobs(self) -> dict[str, Exception]:
+        """Jobs that could not start, with the reason (the others run)."""
+        with self._lock:
+            return dict(self._failed)
 
     @property
     def jobs(self) -> list[str]:
@@ -226,8 +233,9 @@ class Scheduler:
             self._runners[name] = runner
         try:
             runner.start()
-        except (RegistryError, ValueError):
-            log.exception("job %s could not start; the other jobs go on", name)
+        except (RegistryError, ShardingError, ValueError) as exc:
+            self._failed[name] = exc
+            log.error("job %s could not start (%s); the other jobs go on", name, exc)
 
     def _on_session(self, state: SessionState) -> None:
         runtime = self._runtime

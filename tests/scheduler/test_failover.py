@@ -4,6 +4,7 @@ ever runs on two instances at the same moment."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -53,7 +54,7 @@ class Journal:
         with self.lock:
             runs = sorted(self.executions, key=lambda e: (e.item, e.start))
         found = []
-        for a, b in zip(runs, runs[1:], strict=False):
+        for a, b in itertools.pairwise(runs):
             if a.item == b.item and a.instance != b.instance and b.start < a.end:
                 found.append((a, b))
         return found
