@@ -391,7 +391,7 @@ class JobRunner:
         self._check_clock()
         sharding = self.sharding
         for attempt in range(3):
-            current = sharding.ensure_ready()
+            current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
             items = sharding.local_items(current)
             if not items:
                 return False

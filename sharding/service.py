@@ -297,15 +297,20 @@ class ShardingService:
         return CurrentAssignment(assignment, node.version)
 
     # -- the run path ---------------------------------------------------------------------
-    def ensure_ready(self, timeout: float | None = None) -> CurrentAssignment:
+    def ensure_ready(
+        self, timeout: float | None = None, *, cancelled: Callable[[], bool] | None = None
+    ) -> CurrentAssignment:
         """A READY assignment with no resharding pending; the leader reshards here when
-        flagged, others wait by watch. ``ShardingTimeout`` after ``timeout``."""
+        flagged, others wait by watch. ``ShardingTimeout`` after ``timeout``, or as soon as
+        ``cancelled()`` says the caller gave up (a scheduler shutting down)."""
         bound = self.wait_timeout if timeout is None else timeout
         deadline = time.monotonic() + bound
         while True:
             ready = self._ready()
             if ready is not None:
                 return ready
+            if cancelled is not None and cancelled():
+                raise ShardingTimeout(f"job {self.job}: waiting for an assignment cancelled")
             if self.is_leader:
                 self._evaluate()
                 if self.reshard():
@@ -452,7 +457,8 @@ class ShardingService:
             try:
                 self._reg.put(self.paths.necessary, reason.encode())
             except RegistryError:
-                log.warning("job %s: could not flag resharding", self.job, exc_info=True)
+                if not self._stopping:
+                    log.warning("job %s: could not flag resharding", self.job, exc_info=True)
                 return
 
     def reshard(self) -> bool:
@@ -466,6 +472,7 @@ class ShardingService:
                 if outcome is not None:
                     return outcome
             log.warning("job %s: resharding kept racing with changes; will retry", self.job)
+            self._schedule_evaluation()  # try again rather than wait for the next change
             return False
 
     def _reshard_once(self) -> bool | None:
