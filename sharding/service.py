@@ -143,6 +143,7 @@ class ShardingService:
             self.paths.leader,
             identity.instance_id,
             on_elected=self._on_elected,
+            cache=self._cache,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -189,6 +189,8 @@ class MemoryStore:
                     self._changed.wait(max(0.0, min(pending) - now))
 
     def wait_reachable(self, link: str, timeout: float) -> bool:
+        if self.reachable(link):  # the common case, without the store lock
+            return True
         deadline = time.monotonic() + timeout
         with self._lock:
             while not self.reachable(link):
@@ -210,7 +212,7 @@ class MemoryStore:
 
     def snapshot(self, root: str) -> dict[str, Node]:
         with self._lock:
-            return {p: e.node() for p, e in self._nodes.items() if is_below(p, root)}
+            return {p: self._nodes[p].node() for p in self._subtree(root) if p in self._nodes}
 
     def create(self, path: str, value: bytes, session_id: int | None) -> None:
         with self._lock:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from registry.errors import RegistryError, TransactionError
-from registry.paths import join, parent
+from registry.paths import is_below, join, parent
 from registry.protocol import (
     Check,
     Create,
@@ -32,6 +32,7 @@ from registry.protocol import (
     Set,
     Watch,
 )
+from registry.recipes.cache import TreeCache
 
 __all__ = ["LeaderElection"]
 
@@ -49,8 +50,12 @@ class LeaderElection:
         *,
         on_elected: Callable[[], None] | None = None,
         on_revoked: Callable[[], None] | None = None,
+        cache: TreeCache | None = None,
     ) -> None:
         self._reg = reg
+        # with a cache that covers the path, follow it through the cache's one watch
+        # instead of a watch of our own (1,000 jobs: one watch, not 1,000)
+        self._cache = cache if cache is not None and is_below(path, cache.root) else None
         self._path = path
         self._identifier = identifier.encode()
         self._on_elected = on_elected
@@ -61,6 +66,7 @@ class LeaderElection:
         self._participating = False
         self._stopped = False  # after stop(), nothing makes this client campaign again
         self._watch: Watch | None = None
+        self._started = False
 
     @property
     def path(self) -> str:
@@ -98,11 +104,15 @@ class LeaderElection:
     def start(self, *, participate: bool = True) -> None:
         """Follow the election and, if ``participate``, campaign (may lead on return)."""
         with self._lock:
-            if self._watch is not None:
+            if self._watch is not None or self._started:
                 return
+            self._started = True
             self._participating = participate
         self._reg.add_listener(self._on_session)
-        self._watch = self._reg.watch(self._path, self._on_event)
+        if self._cache is not None:
+            self._cache.add_listener(self._on_event, under=self._path)
+        else:
+            self._watch = self._reg.watch(self._path, self._on_event)
         self.campaign()
 
     def stop(self) -> None:
@@ -113,6 +123,8 @@ class LeaderElection:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        if self._cache is not None:
+            self._cache.remove_listener(self._on_event, under=self._path)
         self._reg.remove_listener(self._on_session)
         self.resign()
 
