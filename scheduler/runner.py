@@ -345,6 +345,9 @@ class JobRunner:
             log.error("job %s: fire %.3f not run: %s", self.name, fire_time, exc)
         except RegistryError as exc:
             log.warning("job %s: fire %.3f not run: registry error: %s", self.name, fire_time, exc)
+        except RuntimeError as exc:
+            if "shutdown" not in str(exc):  # a pool that is shut down: the process is exiting
+                log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
         except Exception:
             log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
         if not started:

@@ -1,0 +1,424 @@
+"""Lateness of fires with many every-second cron jobs in one process: shardjob's
+``Scheduler`` on ``memory://`` beside APScheduler 3.x's ``BackgroundScheduler``.
+
+N jobs (1,000 and 10,000; 200 with ``--quick``), each ``"* * * * * ?"`` (APScheduler:
+``CronTrigger(second="*")``), each doing nothing but record ``time.time()`` minus its
+scheduled fire time. Each scheduler runs alone in its own child process (one after the
+other, so they share neither a GIL nor the CPU). After start-up and a warm-up (every job
+has fired, then a few seconds more) the window runs 30 s (6 s quick) from a whole second:
+fires scheduled inside it count; lateness p50/p99/max, fires run against expected, threads
+(``threading.active_count()``), RSS (``VmRSS``) and CPU seconds (``time.process_time()``)
+over the window are reported.
+
+A scheduler that cannot keep up is measured anyway: fires short of the expected count, and
+a note when not every job had fired before the window. One that does not even finish
+starting within the parent's bound (``--child-timeout``) is stopped and reported with how
+far it got (``completed: false``), so the run still ends with a figure.
+
+APScheduler runs with its defaults (10 worker threads, ``coalesce``, ``max_instances=1``)
+except ``misfire_grace_time=None``: with the default 1 s it silently drops a run more than
+1 s late, which would hide the lateness this measures (shardjob runs a late fire once).
+
+Usage: ``.venv/bin/python -m benchmarks.scheduler_lateness [--quick] [--jobs 1000,10000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, BenchmarkError, base_parser, print_table, run_script, write_results
+from benchmarks.common import summarize as _summarize
+
+__all__ = ["SCHEDULERS", "main"]
+
+NAME = "scheduler_lateness"
+SCHEDULERS = ("shardjob", "apscheduler")
+APSCHEDULER_REQUIREMENT = "apscheduler>=3.10,<4"
+
+
+def apscheduler_available() -> bool:
+    return importlib.util.find_spec("apscheduler") is not None
+
+
+# -- inside a child process -----------------------------------------------------------------
+def _rss_mib() -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return None
+
+
+class _Recorder:
+    """Lateness samples ``(scheduled, seconds late)`` and which jobs have fired yet."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self.fired: set[str] = set()
+
+    def record(self, name: str, scheduled: float) -> None:
+        now = time.time()
+        # list.append and set.add are atomic under the GIL: no lock on the measured path
+        self.samples.append((scheduled, now - scheduled))
+        self.fired.add(name)
+
+
+def _start_shardjob(jobs: int, recorder: _Recorder) -> Any:
+    from scheduler import JobConfig, Scheduler, ShardingContext
+
+    sched = Scheduler(f"memory://bench-lateness-{jobs}")
+
+    def job(ctx: ShardingContext) -> None:
+        recorder.record(ctx.job_name, ctx.fire_time)
+
+    for i in range(jobs):
+        sched.add_job(JobConfig(name=f"job-{i:05d}", cron="* * * * * ?"), job)
+    sched.start()
+    return lambda: sched.shutdown(wait=False)
+
+
+_scheduled = threading.local()
+
+
+def _start_apscheduler(jobs: int, recorder: _Recorder) -> Any:
+    from apscheduler.executors.base import run_job
+    from apscheduler.executors.pool import ThreadPoolExecutor
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    def run_with_schedule(job: Any, alias: str, run_times: list[Any], logger_name: str) -> list[Any]:
+        # APScheduler does not hand the scheduled time to the job; set it per run time
+        events: list[Any] = []
+        for run_time in run_times:
+            _scheduled.value = run_time.timestamp()
+            events.extend(run_job(job, alias, [run_time], logger_name))
+        return events
+
+    class TimedThreadPool(ThreadPoolExecutor):  # type: ignore[misc]
+        """APScheduler's thread pool executor, submitting ``run_with_schedule``."""
+
+        def _do_submit_job(self, job: Any, run_times: list[Any]) -> None:
+            def callback(future: Any) -> None:
+                exc = future.exception()
+                if exc:
+                    self._run_job_error(job.id, exc, getattr(exc, "__traceback__", None))
+                else:
+                    self._run_job_success(job.id, future.result())
+
+            future = self._pool.submit(
+                run_with_schedule, job, job._jobstore_alias, run_times, self._logger.name
+            )
+            future.add_done_callback(callback)
+
+    def job(name: str) -> None:
+        recorder.record(name, _scheduled.value)
+
+    sched = BackgroundScheduler(
+        executors={"default": TimedThreadPool()},
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+    )
+    for i in range(jobs):
+        name = f"job-{i:05d}"
+        sched.add_job(job, CronTrigger(second="*"), args=(name,), id=name)
+    sched.start()
+    return lambda: sched.shutdown(wait=False)
+
+
+class _Progress:
+    """Where the child is, written to a file every second: when a scheduler cannot even
+    finish starting within the parent's bound, that file is the figure."""
+
+    def __init__(self, path: Path, recorder: _Recorder, jobs: int) -> None:
+        self.path = path
+        self.phase = "starting"
+        self._recorder = recorder
+        self._jobs = jobs
+        self._began = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.write()
+
+    def write(self) -> None:
+        status = {
+            "phase": self.phase,
+            "elapsed_s": round(time.monotonic() - self._began, 1),
+            "jobs_fired": len(self._recorder.fired),
+            "jobs": self._jobs,
+            "rss_mib": _rss_mib(),
+        }
+        self.path.write_text(json.dumps(status))
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.write()
+
+
+def _child(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="scheduler_lateness _child")
+    parser.add_argument("scheduler", choices=SCHEDULERS)
+    parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--warmup", type=float, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--progress", type=Path, required=True)
+    args = parser.parse_args(argv)
+    recorder = _Recorder()
+    progress = _Progress(args.progress, recorder, args.jobs)
+    progress.start()
+    baseline_rss = _rss_mib()
+    started = time.monotonic()
+    starter = _start_shardjob if args.scheduler == "shardjob" else _start_apscheduler
+    shutdown = starter(args.jobs, recorder)
+    start_s = time.monotonic() - started
+    # warm-up: every job has fired once (bounded: a scheduler that cannot keep up is
+    # measured anyway, and says so), then a little more for caches and pools to settle
+    progress.phase = "warming up"
+    deadline = time.monotonic() + 30 + args.jobs / 100
+    while len(recorder.fired) < args.jobs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fired_before = len(recorder.fired)
+    all_fired_s = time.monotonic() - started if fired_before == args.jobs else None
+    time.sleep(args.warmup)  # the warm-up is a span of running, not a wait for a condition
+    window_start = math.floor(time.time()) + 1
+    window_end = window_start + args.duration
+    time.sleep(max(0.0, window_start - time.time()))
+    progress.phase = "measuring"
+    cpu0 = time.process_time()
+    time.sleep(max(0.0, window_end - time.time()))
+    cpu = time.process_time() - cpu0
+    threads = threading.active_count()
+    rss = _rss_mib()
+    expected = int(args.jobs * args.duration)
+    # fires of the window's last seconds may still be on their way: wait for them, bounded
+    progress.phase = "collecting late fires"
+    grace_deadline = time.monotonic() + 10
+
+    def in_window() -> list[float]:
+        return [late for when, late in list(recorder.samples) if window_start <= when < window_end]
+
+    while len(in_window()) < expected and time.monotonic() < grace_deadline:
+        time.sleep(0.1)
+    lateness_ms = [late * 1000.0 for late in in_window()]
+    result = {
+        "scheduler": args.scheduler,
+        "jobs": args.jobs,
+        "completed": True,
+        "window_s": args.duration,
+        "start_s": round(start_s, 2),
+        "all_fired_s": None if all_fired_s is None else round(all_fired_s, 2),
+        "jobs_fired_before_window": fired_before,
+        "fires": len(lateness_ms),
+        "expected_fires": expected,
+        "lateness_ms": _summarize(lateness_ms, 2),
+        "threads": threads,
+        "rss_mib": rss,
+        "rss_baseline_mib": baseline_rss,
+        "cpu_s": round(cpu, 2),
+        "cpu_share": round(cpu / args.duration, 3),
+    }
+    args.result.write_text(json.dumps(result))
+    progress.phase = "done"
+    progress.stop()
+    shutdown()
+    return 0
+
+
+# -- the parent ------------------------------------------------------------------------------
+def _row(jobs: str, scheduler: str, figures: dict[str, Any]) -> list[object]:
+    if not figures["completed"]:
+        status = figures["progress"]
+        note = (
+            f"stopped after {figures['bound_s']:g} s, still {status.get('phase', 'starting')}; "
+            f"{status.get('jobs_fired', '?')} of {jobs} jobs had fired"
+        )
+        return [jobs, scheduler, "-", None, None, None, None, status.get("rss_mib"), None, None, note]
+    lateness = figures["lateness_ms"]
+    note = ""
+    if figures["all_fired_s"] is None:
+        note = f"only {figures['jobs_fired_before_window']} jobs fired before the window"
+    return [
+        jobs,
+        scheduler,
+        f"{figures['fires']}/{figures['expected_fires']}",
+        lateness["p50"],
+        lateness["p99"],
+        lateness["max"],
+        figures["threads"],
+        figures["rss_mib"],
+        figures["cpu_s"],
+        figures["start_s"],
+        note,
+    ]
+
+
+def _ratios(per_count: dict[str, Any]) -> dict[str, float | None] | None:
+    """shardjob / APScheduler for lateness p50 and p99, CPU and RSS (None when not both ran)."""
+    ours, theirs = per_count.get("shardjob"), per_count.get("apscheduler")
+    if not ours or not theirs or not ours["completed"] or not theirs["completed"]:
+        return None
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return None if a is None or not b else round(a / b, 2)
+
+    return {
+        "lateness_p50": ratio(ours["lateness_ms"]["p50"], theirs["lateness_ms"]["p50"]),
+        "lateness_p99": ratio(ours["lateness_ms"]["p99"], theirs["lateness_ms"]["p99"]),
+        "fires": ratio(ours["fires"], theirs["fires"]),
+        "cpu": ratio(ours["cpu_s"], theirs["cpu_s"]),
+        "rss": ratio(ours["rss_mib"], theirs["rss_mib"]),
+    }
+
+
+def child_bound(jobs: int, duration: float, warmup: float) -> float:
+    """How long the parent lets one child run (start-up, warm-up, window, late fires)."""
+    return 120 + jobs / 20 + warmup + duration
+
+
+def _run_child(
+    scheduler: str, jobs: int, duration: float, warmup: float, bound: float, workdir: Path
+) -> dict[str, Any]:
+    """The child's figures; if it runs out of ``bound``, what it had got to by then
+    (``completed`` False) rather than an error: that is the figure for this job count."""
+    result_file = workdir / f"{scheduler}-{jobs}.json"
+    progress_file = workdir / f"{scheduler}-{jobs}.progress.json"
+    log_file = workdir / f"{scheduler}-{jobs}.log"
+    argv = [
+        sys.executable, "-m", "benchmarks.scheduler_lateness", "_child", scheduler,
+        "--jobs", str(jobs), "--duration", f"{duration:g}", "--warmup", f"{warmup:g}",
+        "--result", str(result_file), "--progress", str(progress_file),
+    ]  # fmt: skip
+    with open(log_file, "wb") as log:
+        try:
+            proc = subprocess.run(
+                argv,
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=bound,
+            )
+        except subprocess.TimeoutExpired:
+            status: dict[str, Any] = {}
+            if progress_file.exists():
+                status = json.loads(progress_file.read_text())
+            return {
+                "scheduler": scheduler,
+                "jobs": jobs,
+                "completed": False,
+                "bound_s": bound,
+                "progress": status,
+                "expected_fires": int(jobs * duration),
+            }
+    if proc.returncode != 0 or not result_file.exists():
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BenchmarkError(f"{scheduler} with {jobs} jobs failed ({proc.returncode}):\n{tail}")
+    result: dict[str, Any] = json.loads(result_file.read_text())
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
+    parser.add_argument(
+        "--jobs", default=None, help="comma-separated job counts (default 1000,10000; quick 200)"
+    )
+    parser.add_argument("--duration", type=float, default=None, help="window in s (default 30, quick 6)")
+    parser.add_argument(
+        "--warmup", type=float, default=None, help="s after every job fired (default 5, quick 1)"
+    )
+    parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
+    parser.add_argument(
+        "--child-timeout",
+        type=float,
+        default=None,
+        help="s one scheduler may take in all (default 120 + jobs/20 + warm-up + window)",
+    )
+    args = parser.parse_args(argv)
+    args.jobs = [int(n) for n in (args.jobs or ("200" if args.quick else "1000,10000")).split(",")]
+    args.duration = args.duration or (6.0 if args.quick else 30.0)
+    args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 5.0)
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if argv and argv[0] == "_child":
+        raise SystemExit(_child(argv[1:]))
+    args = parse_args(list(argv or []))
+    anchor_skipped: str | None = None
+    schedulers = ["shardjob"]
+    if args.no_anchor:
+        anchor_skipped = "--no-anchor"
+    elif not apscheduler_available():
+        anchor_skipped = f"apscheduler not installed ({APSCHEDULER_REQUIREMENT})"
+        print(f"APScheduler comparison skipped: {anchor_skipped}")
+    else:
+        schedulers.append("apscheduler")
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="shardjob-bench-lateness-") as tmp:
+        for jobs in args.jobs:
+            per_count: dict[str, Any] = {}
+            for scheduler in schedulers:
+                bound = args.child_timeout or child_bound(jobs, args.duration, args.warmup)
+                per_count[scheduler] = _run_child(
+                    scheduler, jobs, args.duration, args.warmup, bound, Path(tmp)
+                )
+            results[str(jobs)] = per_count
+    rows = [
+        _row(jobs_text, name, figures) for jobs_text, per in results.items() for name, figures in per.items()
+    ]
+    print_table(
+        f"Scheduling lateness, every-second cron jobs, {args.duration:g} s window",
+        [
+            "jobs",
+            "scheduler",
+            "fires",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "threads",
+            "RSS MiB",
+            "CPU s",
+            "start s",
+            "note",
+        ],
+        rows,
+        left=(0, 1, 10),
+    )
+    payload: dict[str, Any] = {
+        "window_s": args.duration,
+        "warmup_s": args.warmup,
+        "job_counts": args.jobs,
+        "apscheduler_requirement": APSCHEDULER_REQUIREMENT,
+        "apscheduler_settings": {"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        "anchor_skipped": anchor_skipped,
+        "results": results,
+        "ratios_shardjob_to_apscheduler": {jobs: _ratios(per) for jobs, per in results.items()},
+    }
+    for jobs_text, ratios in payload["ratios_shardjob_to_apscheduler"].items():
+        if ratios is not None:
+            print(f"{jobs_text} jobs, shardjob / APScheduler: {ratios}")
+    write_results(NAME, args, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    run_script(main)
