@@ -354,11 +354,13 @@ class JobRunner:
             self._run_ended()
 
     def _owe(self, fire_time: float, *, session_down: bool) -> None:
-        """Remember a fire that cannot run now (lock held). With failover every fire missed
-        while the session is down is owed; otherwise one misfire stands for all."""
-        if session_down and self._config.failover:
-            self._owed.append(fire_time)
-            what = "owed until the session is back"
+        """Remember a fire that cannot run now (lock held). With failover every such fire
+        is owed (every (item, fire) at least once); otherwise one misfire stands for all,
+        as in ElasticJob."""
+        if self._config.failover:
+            if fire_time not in self._owed:
+                self._owed.append(fire_time)
+            what = "owed until the session is back" if session_down else "owed until the run ends"
         elif self._config.misfire:
             if not self._owed:
                 self._owed.append(fire_time)
