@@ -369,6 +369,13 @@ class JobRunner:
             what = "skipped"
         log.info("job %s: fire %.3f %s", self.name, fire_time, what)
 
+    def forget_owed(self) -> None:
+        """The session expired: the fires owed meanwhile are the failover queue's now (the
+        leader queues them for the items' new owners); replaying them here would run them
+        twice."""
+        with self._lock:
+            self._owed.clear()
+
     def resume(self) -> None:
         """The session is back: run the fires owed meanwhile."""
         deadline = time.monotonic() + self._rt.wait_timeout

@@ -241,6 +241,12 @@ class Scheduler:
         runtime = self._runtime
         if runtime is None or self._stopping.is_set():
             return
+        if state is SessionState.LOST:
+            with self._lock:
+                lost = list(self._runners.values())
+            for runner in lost:
+                if runner.config.failover:
+                    runner.forget_owed()
         if state in (SessionState.CONNECTED, SessionState.RECONNECTED):
             with self._lock:
                 runners = list(self._runners.values())

@@ -19,9 +19,13 @@ __all__ = [
     "Record",
     "by_fire",
     "coverage_gaps",
+    "doubled_beyond_failover",
     "doubled_runs",
+    "failover_reruns",
     "fires_after",
+    "missed_pairs",
     "overlapping_runs",
+    "recovery_point",
     "spread_mismatches",
     "stale_epoch_runs",
 ]
@@ -165,3 +169,71 @@ def spread_mismatches(
             if who != [expected]:
                 wrong.append(f"fire {fire:.3f} item {item}: ran on {who}, assigned to {expected}")
     return wrong
+
+
+def doubled_beyond_failover(records: Iterable[Record]) -> list[str]:
+    """Invariant 1 with failover's at-least-once allowance: a (job, item, fire) may be run
+    again by a failover run (``failover`` true) of a pair that already ran, but it has at
+    most ONE regular run. Concurrency of any two runs is ``overlapping_runs``' business."""
+    runs: dict[tuple[str, int, float], list[Record]] = defaultdict(list)
+    for rec in records:
+        runs[(rec.job, rec.item, rec.fire_time)].append(rec)
+    found: list[str] = []
+    for (job, item, fire), recs in sorted(runs.items()):
+        regular = [r for r in recs if not r.failover]
+        if len(regular) > 1:
+            found.append(
+                f"{job} item {item} fire {fire:.3f} had {len(regular)} regular runs: "
+                + ", ".join(f"{r.instance} (epoch {r.epoch}, start {r.start:.3f})" for r in regular)
+            )
+    return found
+
+
+def failover_reruns(records: Iterable[Record]) -> list[str]:
+    """The (item, fire) pairs run more than once where every extra run is a failover run:
+    allowed (at least once), reported so that a report can say how often it happens."""
+    runs: dict[tuple[str, int, float], list[Record]] = defaultdict(list)
+    for rec in records:
+        runs[(rec.job, rec.item, rec.fire_time)].append(rec)
+    return [
+        f"{job} item {item} fire {fire:.3f} ran {len(recs)} times: "
+        + ", ".join(f"{r.instance}{' (failover)' if r.failover else ''}" for r in recs)
+        for (job, item, fire), recs in sorted(runs.items())
+        if len(recs) > 1 and sum(not r.failover for r in recs) <= 1
+    ]
+
+
+def missed_pairs(records: Iterable[Record], fires: Iterable[float], total: int) -> list[tuple[int, float]]:
+    """Invariant 2: the (item, fire) pairs of ``fires`` x ``range(total)`` that never ran,
+    by anyone, in any kind of run."""
+    table = by_fire(records)
+    return [(item, fire) for fire in fires for item in range(total) if item not in table.get(fire, {})]
+
+
+def recovery_point(
+    records: Iterable[Record],
+    after: float,
+    total: int,
+    *,
+    exclude: Iterable[str] = (),
+    regular_only: bool = False,
+) -> tuple[float, float] | None:
+    """When full coverage came back after the moment ``after`` (a fault): over the fires
+    later than ``after``, the one whose every item had been started soonest by instances
+    not in ``exclude`` (the dead ones); returns (that fire, the moment its last item
+    started), or None when no later fire has run every item yet. ``regular_only`` counts
+    regular runs only (service back to normal, not failover catching up)."""
+    skip = set(exclude)
+    first_start: dict[float, dict[int, float]] = defaultdict(dict)
+    for rec in records:
+        if rec.fire_time <= after or rec.instance in skip or (regular_only and rec.failover):
+            continue
+        if not 0 <= rec.item < total:
+            continue
+        started = first_start[rec.fire_time]
+        started[rec.item] = min(started.get(rec.item, rec.start), rec.start)
+    complete = [(max(starts.values()), fire) for fire, starts in first_start.items() if len(starts) == total]
+    if not complete:
+        return None
+    moment, fire = min(complete)
+    return fire, moment

@@ -3,7 +3,9 @@
 A :class:`Fleet` starts workers of one job (``tests.scenarios.recording_job:record``) on one
 registry URL, each with its own ``--instance-id``, record file and output files in a
 working directory; it waits for each to print its "running" line, stops them with SIGTERM
-(the exit code is the test's to check) or SIGKILL, and reads back every execution.
+(the exit code is the test's to check) or SIGKILL, pauses them (SIGSTOP/SIGCONT), and
+reads back every execution. A worker may be given its own registry URL (e.g. through a
+severable proxy) instead of the fleet's.
 
 Invariants: no worker outlives its fleet (``close()`` SIGKILLs what is left and reaps it);
 every wait is bounded and fails with the worker's own output; output goes to files, never
@@ -17,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.scenarios.checks import Record
@@ -61,6 +63,8 @@ class Worker:
         env[RECORD_FILE_ENV] = str(self.record_file)
         env[INSTANCE_ENV] = instance_id
         env[HOLD_ENV] = repr(hold)
+        # a worker that hangs is sent SIGABRT before SIGKILL: its threads' stacks land in stderr
+        env["PYTHONFAULTHANDLER"] = "1"
         with self.stdout_file.open("wb") as out, self.stderr_file.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "scheduler.cli", *argv, "--instance-id", instance_id],
@@ -74,6 +78,7 @@ class Worker:
         self.ready_at: float | None = None
         self.exited_at: float | None = None
         self._sent: set[signal.Signals] = set()
+        self.paused = False
 
     @property
     def pid(self) -> int:
@@ -103,12 +108,17 @@ class Worker:
     def terminate(self, timeout: float = 30.0, sig: signal.Signals = signal.SIGTERM) -> int:
         """SIGTERM (or ``sig``), then wait for the exit (the graceful shutdown lets running
         items end); returns the exit code. One that does not exit in time is killed and fails."""
+        if self.paused:
+            self.resume()  # a stopped process would hold the signal until SIGCONT
         self.send(sig)
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.dump_stacks()
             self.kill()
-            raise AssertionError(f"no exit {timeout:g}s after {sig.name}:\n{self.describe()}") from None
+            raise AssertionError(
+                f"{self.instance_id}: no exit {timeout:g}s after {sig.name}:\n{self.describe()}"
+            ) from None
         self.exited_at = time.time()
         return code
 
@@ -118,6 +128,31 @@ class Worker:
         if self.alive and sig not in self._sent:
             self._sent.add(sig)
             self.proc.send_signal(sig)
+
+    def dump_stacks(self, timeout: float = 5.0) -> None:
+        """SIGABRT: the worker's faulthandler writes every thread's stack to its stderr
+        and the process dies (for a hung worker's diagnosis)."""
+        if self.alive:
+            if self.paused:
+                self.resume()
+            self.proc.send_signal(signal.SIGABRT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def pause(self) -> None:
+        """SIGSTOP: every thread frozen (a GC pause, a stopped VM); the session goes on
+        timing out on the server."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def kill(self) -> None:
         """SIGKILL: no shutdown at all, the session has to time out."""
@@ -149,7 +184,15 @@ class Fleet:
         self.workdir = workdir
         self.job = job
         self.hold = hold
-        self.argv = [
+        self._cron = cron
+        self._total = total
+        self._extra_args = tuple(extra_args)
+        self.argv = self.argv_for(url)
+        self.workers: list[Worker] = []
+
+    def argv_for(self, url: str) -> list[str]:
+        """The worker command line of this fleet's job on registry ``url``."""
+        return [
             "-v",
             "worker",
             "--registry",
@@ -157,24 +200,41 @@ class Fleet:
             "--job",
             JOB_SPEC,
             "--name",
-            job,
+            self.job,
             "--cron",
-            cron,
+            self._cron,
             "--total",
-            str(total),
+            str(self._total),
             "--max-workers",
             "8",
-            *extra_args,
+            *self._extra_args,
         ]
-        self.workers: list[Worker] = []
 
-    def start(self, *instance_ids: str, timeout: float = 30.0) -> list[Worker]:
-        """Start one worker per id (all at once) and return when each is running."""
-        started = [Worker(iid, self.argv, self.workdir, self.hold) for iid in instance_ids]
+    def spawn(self, *instance_ids: str, urls: Mapping[str, str] | None = None) -> list[Worker]:
+        """Start one worker per id (all at once) without waiting for them; ``urls`` gives
+        some of them their own registry URL (instance id -> URL)."""
+        own = urls or {}
+        started = [
+            Worker(iid, self.argv_for(own[iid]) if iid in own else self.argv, self.workdir, self.hold)
+            for iid in instance_ids
+        ]
         self.workers.extend(started)
+        return started
+
+    def start(
+        self, *instance_ids: str, timeout: float = 30.0, urls: Mapping[str, str] | None = None
+    ) -> list[Worker]:
+        """Start one worker per id (all at once) and return when each is running."""
+        started = self.spawn(*instance_ids, urls=urls)
         for worker in started:
             worker.wait_ready(timeout)
         return started
+
+    def worker(self, instance_id: str) -> Worker:
+        for worker in self.workers:
+            if worker.instance_id == instance_id:
+                return worker
+        raise KeyError(f"no worker {instance_id!r} in this fleet")
 
     def alive(self) -> list[Worker]:
         return [w for w in self.workers if w.alive]

@@ -1,0 +1,602 @@
+"""Fault injection, pass criteria and the report of the chaos scenarios (``test_chaos.py``).
+
+A :class:`ChaosRun` drives one scenario: a fleet of real ``shardjob worker`` processes on one
+job, an *observer* client of the test's own in the job's namespace (to find the leader, a
+running mark, the assignment — never to steer the workers), and the fault the test
+injects. ``finish`` then applies the criteria every scenario shares, over the executions
+the workers recorded themselves:
+
+- no two instances ran the same item at the same moment (``overlapping_runs``);
+- no (item, fire) had more than one regular run — a failover re-run of a pair that already
+  ran is allowed, at least once (``doubled_beyond_failover``);
+- with failover on, every (item, fire) from the settled fire before the fault to the fire
+  at which the cluster is whole again ran at least once (``missed_pairs``);
+- no worker is stuck: every live worker runs items again at the end, and exits 0 on SIGTERM;
+- the recovery time: from the fault to the moment the first later fire had all its items
+  started on surviving instances, divided by the session timeout.
+
+Each outcome becomes one :class:`ChaosResult`, appended to ``RESULTS`` (printed as a table
+at the end of the run by ``tests/scenarios/conftest.py``) and, when the environment
+variable ``SHARDJOB_CHAOS_REPORT`` names a file, written to it as one JSON line (the input
+of ``docs/guarantees.md``). The result is recorded *before* the test asserts on it, so a
+failing scenario is in the report too. A failed run is matched against the product bugs
+already diagnosed (``tests/scenarios/known_bugs.py``): ``assert_passed`` raises
+``KnownBugFailure`` only when they account for every problem.
+
+Faults beyond the fleet's own signals: :class:`StallingProxy`, a ``TCPProxy`` that can also
+hold bytes in flight, then drop them with a reset (a request lost with its outcome unknown).
+
+Invariants: every wait is bounded (``tests.waiting.wait_for``); a wait that runs out
+becomes a named problem in the result, not a hang; the only deliberate waits are the
+faults' own durations (a pause, a cut), each an ``Event.wait`` saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from registry.errors import RegistryError
+from registry.protocol import RegistryCenter
+from sharding.assignment import Assignment, CorruptNodeError
+from sharding.layout import JobPaths
+from tests.scenarios.checks import (
+    Record,
+    by_fire,
+    doubled_beyond_failover,
+    failover_reruns,
+    missed_pairs,
+    overlapping_runs,
+    recovery_point,
+)
+from tests.scenarios.known_bugs import KNOWN_BUGS, KnownBugFailure, diagnose, stuck_on_own_mark
+from tests.scenarios.workers import Fleet, Worker
+from tests.servers.proxy import TCPProxy
+from tests.waiting import wait_for
+
+__all__ = [
+    "HOLD",
+    "JOB",
+    "KNOWN_BUGS",
+    "REPORT_ENV",
+    "RESULTS",
+    "SESSION_TIMEOUT",
+    "TOTAL",
+    "ChaosResult",
+    "ChaosRun",
+    "KnownBugFailure",
+    "StallingProxy",
+    "assert_passed",
+    "deliberate_wait",
+    "format_table",
+    "record_result",
+    "subtree_paths",
+]
+
+REPORT_ENV = "SHARDJOB_CHAOS_REPORT"
+SESSION_TIMEOUT = 2.0
+TOTAL = 6
+#: each item stays busy this long: a fault lands mid-run often, and runs stay short
+HOLD = 0.2
+JOB = "job"
+#: the cron period of ``"* * * * * ?"``
+PERIOD = 1.0
+#: fires past the first whole one after a fault that still belong to the checked window
+SETTLE_FIRES = 2
+
+#: every scenario's result in this test session, in the order they ran
+RESULTS: list[ChaosResult] = []
+
+
+def deliberate_wait(seconds: float) -> None:
+    """The fault's own duration (a SIGSTOP, a network cut): the scenario is *defined* by
+    how long it lasts, so this is the one wait that is not on a condition."""
+    threading.Event().wait(seconds)
+
+
+@dataclass
+class ChaosResult:
+    """One scenario's outcome: a row of the report."""
+
+    scenario: str
+    fault: str
+    backend: str
+    failover: bool
+    session_timeout: float
+    #: fault -> the first later fire with every item started on surviving instances
+    recovery_s: float | None = None
+    #: the same, counting regular runs only (the cluster back to normal, not catching up)
+    regular_recovery_s: float | None = None
+    overlaps: list[str] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)
+    reruns: list[str] = field(default_factory=list)
+    missed: list[tuple[int, float]] = field(default_factory=list)
+    window: tuple[float, float] | None = None
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    #: problem -> its kind when it is about progress or per-fire doubling ("missed",
+    #: "stalled", "doubled"); a problem without a kind (an overlap, an exit code, a
+    #: scenario's own check) is never excused by a known bug
+    kinds: dict[str, str] = field(default_factory=dict)
+    #: known bug -> the evidence for it in this run (``tests/scenarios/known_bugs.py``)
+    known_bugs: dict[str, list[str]] = field(default_factory=dict)
+    #: problem -> the known bug that accounts for it
+    excused: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    runs: int = 0
+
+    def problem(self, kind: str, text: str) -> None:
+        self.problems.append(text)
+        self.kinds[text] = kind
+
+    @property
+    def explained(self) -> bool:
+        """Failed, and only in ways known bugs account for."""
+        return not self.passed and all(p in self.excused for p in self.problems)
+
+    @property
+    def recovery_per_timeout(self) -> float | None:
+        return None if self.recovery_s is None else self.recovery_s / self.session_timeout
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> str:
+        doc: dict[str, Any] = asdict(self)
+        doc["recovery_per_timeout"] = self.recovery_per_timeout
+        doc["regular_recovery_per_timeout"] = (
+            None if self.regular_recovery_s is None else self.regular_recovery_s / self.session_timeout
+        )
+        doc["overlap_count"] = len(self.overlaps)
+        doc["doubled_count"] = len(self.doubled)
+        doc["rerun_count"] = len(self.reruns)
+        doc["missed_count"] = len(self.missed)
+        doc["passed"] = self.passed
+        return json.dumps(doc, sort_keys=True)
+
+    def describe(self) -> str:
+        lines = [f"{self.scenario} on {self.backend} (failover {'on' if self.failover else 'off'}):"]
+        lines += [f"  problem: {p}" for p in self.problems]
+        for key, evidence in self.known_bugs.items():
+            lines.append(f"  known bug {key} ({'; '.join(evidence[:3])}): {KNOWN_BUGS[key]}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def assert_passed(result: ChaosResult) -> None:
+    """Pass, or fail with ``KnownBugFailure`` when known bugs account for every problem,
+    or with a plain ``AssertionError`` (see ``tests/scenarios/known_bugs.py``)."""
+    if result.passed:
+        return
+    if result.explained:
+        raise KnownBugFailure(result.describe())
+    raise AssertionError(result.describe())
+
+
+def record_result(result: ChaosResult) -> None:
+    RESULTS.append(result)
+    target = os.environ.get(REPORT_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(result.to_json() + "\n")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def format_table(results: Sequence[ChaosResult]) -> str:
+    header = ("scenario", "fault", "backend", "failover", "recovery/timeout", "overlaps", "missed", "result")
+    rows = [
+        (
+            r.scenario,
+            r.fault,
+            r.backend,
+            "on" if r.failover else "off",
+            _ratio(r.recovery_per_timeout),
+            str(len(r.overlaps)),
+            str(len(r.missed)),
+            "ok" if r.passed else f"known bug: {', '.join(r.known_bugs)}" if r.explained else "FAIL",
+        )
+        for r in results
+    ]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in (header, *rows)]
+    out.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def subtree_paths(reg: RegistryCenter, root: str) -> set[str]:
+    """Every node below ``root`` (``root`` itself included when it exists)."""
+    found: set[str] = set()
+    pending = [root]
+    while pending:
+        path = pending.pop()
+        if not reg.exists(path):
+            continue
+        found.add(path)
+        pending.extend(f"{path.rstrip('/')}/{child}" for child in reg.children(path))
+    return found
+
+
+class _GatedSocket:
+    """The sending side of one proxied direction, held while its proxy is stalled."""
+
+    def __init__(self, sock: socket.socket, proxy: StallingProxy) -> None:
+        self._sock = sock
+        self._proxy = proxy
+        self._generation = proxy.generation
+
+    def sendall(self, data: bytes) -> None:
+        # the proxy's own pump thread waits here, not a test: bytes are held until the
+        # link flows again, and dropped (as a reset) if it was cut meanwhile
+        while not self._proxy.flowing.wait(0.005):
+            if self._proxy.generation != self._generation:
+                raise ConnectionResetError("link cut while stalled")
+        if self._proxy.generation != self._generation:
+            raise ConnectionResetError("link cut while stalled")
+        self._sock.sendall(data)
+
+    def shutdown(self, how: int) -> None:
+        self._sock.shutdown(how)
+
+
+class StallingProxy(TCPProxy):
+    """A :class:`TCPProxy` that can also *stall*: connections stay open but no byte moves
+    either way, so whatever a client sent meanwhile is in flight with no answer. ``cut()``
+    then resets every connection and drops the held bytes: requests lost in flight, whose
+    outcome the client cannot know. ``restore()`` lets bytes flow again."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.generation = 0
+        super().__init__(target_host, target_port)
+
+    def stall(self) -> None:
+        self.flowing.clear()
+
+    def cut(self) -> None:
+        self.generation += 1
+        super().cut()
+
+    def restore(self) -> None:
+        super().restore()
+        self.flowing.set()
+
+    def _pump(self, pair: Any, src: socket.socket, dst: socket.socket) -> None:
+        super()._pump(pair, src, cast(socket.socket, _GatedSocket(dst, self)))
+
+
+def _count(pattern: str, text: str) -> int:
+    return len(re.findall(pattern, text, flags=re.MULTILINE))
+
+
+class ChaosRun:
+    """One scenario: its fleet, its observer, its timeline and its verdict."""
+
+    def __init__(
+        self,
+        scenario: str,
+        fault: str,
+        backend: str,
+        fleet: Fleet,
+        observer: RegistryCenter,
+        *,
+        failover: bool,
+        total: int = TOTAL,
+        session_timeout: float = SESSION_TIMEOUT,
+    ) -> None:
+        self.scenario = scenario
+        self.fault = fault
+        self.backend = backend
+        self.fleet = fleet
+        self.observer = observer
+        self.failover = failover
+        self.total = total
+        self.session_timeout = session_timeout
+        self.paths = JobPaths(fleet.job)
+        self.window_start: float | None = None
+        self.notes: list[str] = []
+
+    # -- the registry, as the observer sees it -----------------------------------------
+    def leader(self, timeout: float = 20.0) -> str:
+        """The instance id in ``leader/election/instance``."""
+
+        def read() -> str | None:
+            try:
+                raw = self.observer.get(self.paths.leader)
+            except RegistryError:
+                return None
+            return None if raw is None else raw.decode()
+
+        found = wait_for(read, timeout, interval=0.05, message=lambda: f"no leader:\n{self.fleet.describe()}")
+        assert found is not None
+        return found
+
+    def assignment(self) -> Assignment | None:
+        """The assignment node decoded; None when absent or corrupt."""
+        raw = self.observer.get(self.paths.assignment)
+        if raw is None:
+            return None
+        try:
+            return Assignment.decode(self.paths.assignment, raw)
+        except CorruptNodeError:
+            return None
+
+    def wait_running(self, worker: Worker, timeout: float = 15.0) -> None:
+        """Until ``worker``'s running mark is in the registry: its items are running now
+        (the mark is written just before they start and removed when the last ends)."""
+        path = self.paths.running_of(worker.instance_id)
+        wait_for(
+            lambda: self.observer.exists(path),
+            timeout,
+            interval=0.005,
+            message=lambda: f"{worker.instance_id} never ran:\n{worker.describe()}",
+        )
+
+    def wait_between_runs(self, worker: Worker, timeout: float = 15.0) -> None:
+        """Until ``worker`` has just finished a run (its mark came and went): it holds no
+        item for most of a second."""
+        self.wait_running(worker, timeout)
+        path = self.paths.running_of(worker.instance_id)
+        wait_for(
+            lambda: not self.observer.exists(path),
+            timeout,
+            interval=0.005,
+            message=lambda: f"{worker.instance_id} never finished its run:\n{worker.describe()}",
+        )
+
+    # -- phases -----------------------------------------------------------------------
+    def live_ids(self) -> set[str]:
+        return {w.instance_id for w in self.fleet.alive()}
+
+    def _whole_fire(self, records: Iterable[Record], after: float, instances: set[str]) -> float | None:
+        """The first fire later than ``after`` at which each item had exactly one regular
+        run and ``instances`` (no fewer, no more) ran them."""
+        table: dict[float, list[Record]] = {}
+        for rec in records:
+            if rec.fire_time > after and not rec.failover:
+                table.setdefault(rec.fire_time, []).append(rec)
+        for fire in sorted(table):
+            runs = table[fire]
+            items = sorted(r.item for r in runs)
+            if items == list(range(self.total)) and {r.instance for r in runs} == instances:
+                return fire
+        return None
+
+    def settle(self, timeout: float = 30.0, extra_fires: int = 2) -> float:
+        """The first fire at which every live worker ran its share and each item ran once;
+        returns it (the window's start) once ``extra_fires`` more fires ran too."""
+        live = self.live_ids()
+        first = wait_for(
+            lambda: self._whole_fire(self.fleet.records(), 0.0, live),
+            timeout,
+            interval=0.1,
+            message=lambda: f"the cluster never settled on {sorted(live)}:\n{self.fleet.describe()}",
+        )
+        assert first is not None
+        last = first + extra_fires * PERIOD
+        wait_for(
+            lambda: any(r.fire_time >= last for r in self.fleet.records()),
+            timeout,
+            interval=0.05,
+            message=lambda: f"fire {last:.0f} never ran:\n{self.fleet.describe()}",
+        )
+        self.window_start = first
+        return first
+
+    def finish(
+        self,
+        fault_at: float,
+        fault_end: float,
+        *,
+        dead: Iterable[str] = (),
+        recovery_timeout: float = 20.0,
+        extra_checks: Callable[[ChaosResult, list[Record]], None] | None = None,
+    ) -> ChaosResult:
+        """Apply the shared criteria (module docstring), stop the fleet, record the result."""
+        dead_ids = set(dead)
+        result = ChaosResult(self.scenario, self.fault, self.backend, self.failover, self.session_timeout)
+        result.notes.extend(self.notes)
+        live = self.live_ids() - dead_ids
+        problems = result.problems
+
+        def attempt(what: str, wait: Callable[[], object], kind: str = "stalled") -> bool:
+            try:
+                wait()
+                return True
+            except AssertionError as exc:
+                result.problem(kind, f"{what}: {str(exc).splitlines()[0]}")
+                return False
+
+        # the cluster whole again: a fire after the fault ended, every item once, on every
+        # live worker (a paused or cut-off worker must be back in the spread)
+        whole: list[float] = []
+
+        def cluster_whole() -> bool:
+            found = self._whole_fire(self.fleet.records(), fault_end, live)
+            if found is not None:
+                whole.append(found)
+            return found is not None
+
+        live_workers = [w for w in self.fleet.workers if w.instance_id in live]
+        # a worker refusing every run behind its own stale mark never comes back: stop
+        # waiting for it once that shows in its log (the known bug, not a slow recovery)
+        whole_again = attempt(
+            f"no fire ran every item on every live worker {sorted(live)} within {recovery_timeout:g}s",
+            lambda: wait_for(
+                lambda: cluster_whole() or stuck_on_own_mark(live_workers), recovery_timeout, 0.1
+            ),
+        ) and bool(whole)
+        if not whole and stuck_on_own_mark(live_workers):
+            result.problem(
+                "stalled",
+                f"{stuck_on_own_mark(live_workers)} refuse every run behind their own running mark",
+            )
+        start = self.window_start if self.window_start is not None else fault_at - 3 * PERIOD
+        # the settle point: a few fires past the cluster's first whole fire, so that fires
+        # delayed or coalesced by the recovery itself fall inside the window
+        end = (
+            whole[0] + SETTLE_FIRES * PERIOD
+            if whole
+            else max((r.fire_time for r in self.fleet.records()), default=start)
+        )
+        window = [start + k * PERIOD for k in range(round((end - start) / PERIOD) + 1)]
+        result.window = (start, end)
+        # the window's regular runs are over once a later fire ran
+        attempt(
+            "no fire after the window",
+            lambda: wait_for(
+                lambda: any(r.fire_time > end for r in self.fleet.records()), 15.0, interval=0.1
+            ),
+        )
+
+        if self.failover and whole_again:
+            # failover work drains after the new assignment: wait (bounded) for it
+            attempt(
+                "failover never covered the window",
+                lambda: wait_for(
+                    lambda: not missed_pairs(self.fleet.records(), window, self.total), 10.0, interval=0.1
+                ),
+                kind="missed",
+            )
+
+        # nobody stuck: every live worker starts items again from here on
+        alive_workers = [w for w in self.fleet.alive() if w.instance_id not in dead_ids]
+        checked_at = time.time()
+        known_stuck = stuck_on_own_mark(alive_workers)
+        for worker in alive_workers:
+            if worker.instance_id in known_stuck:
+                result.problem("stalled", f"{worker.instance_id} stuck (refuses every run)")
+                continue
+            attempt(
+                f"{worker.instance_id} stuck (no run started after the window)",
+                _runs_again(worker, checked_at, 5.0),
+            )
+
+        records = self.fleet.records()
+        result.runs = len(records)
+        result.overlaps = overlapping_runs(records)
+        result.doubled = doubled_beyond_failover(records)
+        result.reruns = failover_reruns(records)
+        result.missed = missed_pairs(records, window, self.total)
+        recovered = recovery_point(records, fault_at, self.total, exclude=dead_ids)
+        if recovered is not None:
+            result.recovery_s = recovered[1] - fault_at
+        regular = recovery_point(records, fault_at, self.total, exclude=dead_ids, regular_only=True)
+        if regular is not None:
+            result.regular_recovery_s = regular[1] - fault_at
+        problems.extend(f"overlap: {o}" for o in result.overlaps)
+        for text in result.doubled:
+            result.problem("doubled", f"doubled: {text}")
+        if self.failover and result.missed:
+            result.problem(
+                "missed", f"{len(result.missed)} (item, fire) pair(s) never ran: {result.missed[:12]}"
+            )
+        if recovered is None:
+            result.problem("stalled", "full coverage never came back after the fault")
+        if extra_checks is not None:
+            extra_checks(result, records)
+
+        for worker in self.fleet.workers:
+            if worker.instance_id in dead_ids:
+                continue
+            if not worker.alive:
+                problems.append(f"{worker.instance_id} exited on its own (code {worker.proc.poll()})")
+        # SIGTERM to all at once, then each exit awaited (bounded; a hung one dumps its stacks)
+        stopping = self.fleet.alive()
+        for worker in stopping:
+            worker.send(signal.SIGTERM)
+        for worker in stopping:
+            try:
+                result.exit_codes[worker.instance_id] = worker.terminate(timeout=20.0)
+            except AssertionError as exc:
+                result.exit_codes[worker.instance_id] = None
+                problems.append(f"shutdown: {str(exc).splitlines()[0]} (stacks in its stderr)")
+        problems.extend(
+            f"{iid} exited {code} on SIGTERM"
+            for iid, code in result.exit_codes.items()
+            if code not in (0, None)
+        )
+        if problems:
+            found = diagnose(
+                [w for w in self.fleet.workers if w.instance_id not in dead_ids],
+                records,
+                result.missed if self.failover else [],
+                regular_doubles(records),
+            )
+            result.known_bugs = dict(found.found)
+            for text in problems:
+                bug = found.excuses(result.kinds.get(text, ""))
+                if bug is not None:
+                    result.excused[text] = bug
+        for worker in self.fleet.workers:
+            if worker.instance_id in dead_ids:
+                continue
+            text = worker.stderr_file.read_text(encoding="utf-8", errors="replace")
+            tracebacks, errors = _count(r"^Traceback", text), _count(r" ERROR ", text)
+            if tracebacks or errors:
+                result.notes.append(
+                    f"{worker.instance_id}: {errors} ERROR line(s), {tracebacks} traceback(s)"
+                )
+        if result.reruns:
+            result.notes.append(f"{len(result.reruns)} pair(s) re-run by failover (allowed)")
+        if problems:
+            result.notes.append(f"worker files: {self.fleet.workdir}")
+            result.notes.append(f"timeline:\n{timeline(records, start - 1, end + 1)}")
+        record_result(result)
+        return result
+
+
+def regular_doubles(records: Iterable[Record]) -> list[tuple[int, float]]:
+    """The (item, fire) pairs with more than one regular run."""
+    count: dict[tuple[int, float], int] = {}
+    for rec in records:
+        if not rec.failover:
+            count[(rec.item, rec.fire_time)] = count.get((rec.item, rec.fire_time), 0) + 1
+    return sorted(pair for pair, n in count.items() if n > 1)
+
+
+def _runs_again(worker: Worker, since: float, timeout: float) -> Callable[[], object]:
+    return lambda: wait_for(lambda: any(r.start > since for r in worker.records()), timeout, interval=0.1)
+
+
+def timeline(records: Iterable[Record], first: float, last: float) -> str:
+    """fire -> item -> who ran it (f: failover) — for a failure message."""
+    table = by_fire(records)
+    kinds = {(r.fire_time, r.item, r.instance): r.failover for r in records}
+    lines = []
+    for fire in sorted(f for f in table if first <= f <= last):
+        cells = []
+        for item in sorted(table[fire]):
+            who = ",".join(
+                iid.rsplit("@-@", 1)[-1] + ("(f)" if kinds.get((fire, item, iid)) else "")
+                for iid in table[fire][item]
+            )
+            cells.append(f"{item}:{who}")
+        lines.append(f"    {fire:.0f}  " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def worker_logs_name(workers: Iterable[Worker], text: str) -> list[str]:
+    """The instance ids of ``workers`` whose stderr mentions ``text``."""
+    named = []
+    for worker in workers:
+        try:
+            content = Path(worker.stderr_file).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        if text in content:
+            named.append(worker.instance_id)
+    return named
