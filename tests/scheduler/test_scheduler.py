@@ -176,6 +176,12 @@ def test_trigger_runs_a_one_off_job_once_across_the_cluster(
     wait_for(
         lambda: len(cluster[0].registry.children(JobPaths("job").instances)) == 2, 20, message="both online"
     )
+
+    def settled() -> bool:
+        readies = [s.runner("job").sharding.ready() for s in cluster]
+        return all(r is not None and len(r.assignment.items) == 2 for r in readies)
+
+    wait_for(settled, 20, message="one assignment over both instances")
     assert recorder.fires() == []  # one-off: nothing runs by itself
     cluster[0].trigger("job")
     wait_for(lambda: len(complete_fires(recorder, 4)) == 1, 30, message="one triggered run of all items")

@@ -328,7 +328,15 @@ def test_corrupt_assignment_is_reported_and_rewritten(
     vandal = cluster.connect()
     with caplog.at_level(logging.ERROR, logger="sharding"):
         vandal.put(JobPaths(JOB).assignment, b"{not json")
-        wait_for(lambda: cluster.all_current(lambda a: a.epoch > epoch), 20, message="a fresh assignment")
+        # the rewrite of the corrupt node (not merely a later epoch) is what must happen
+        wait_for(
+            lambda: (
+                "corrupt registry node /orders/sharding/assignment" in caplog.text
+                and cluster.all_current(lambda a: a.epoch > epoch)
+            ),
+            20,
+            message="the corrupt node reported and replaced",
+        )
     assert "corrupt registry node /orders/sharding/assignment" in caplog.text
     view = cluster.ready_view()
     assert sorted(i for items in view.values() for i in items) == [0, 1, 2, 3]
