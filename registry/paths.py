@@ -6,6 +6,8 @@ segment; the namespace is a prefix applied and removed here, so callers never se
 
 from __future__ import annotations
 
+import functools
+
 __all__ = ["Namespace", "ancestors", "basename", "join", "parent", "validate_path"]
 
 _FORBIDDEN_SEGMENTS = {".", ".."}
@@ -15,6 +17,13 @@ def validate_path(path: object) -> str:
     """Return ``path`` unchanged if it is a valid registry path, else raise ``ValueError``."""
     if not isinstance(path, str):
         raise ValueError(f"registry path must be a str, got {type(path).__name__}")
+    return _validate(path)
+
+
+@functools.lru_cache(maxsize=16384)
+def _validate(path: str) -> str:
+    """The checks of ``validate_path``; cached, since every fire names the same few paths
+    (only valid paths are cached: a path that raises is checked again next time)."""
     if not path.startswith("/"):
         raise ValueError(f"registry path must be absolute (start with '/'): {path!r}")
     if path == "/":

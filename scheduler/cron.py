@@ -626,7 +626,28 @@ def _parse_cached(expression: str, time_zone: str | None) -> CronSchedule:
     if not plan.ever_matches():
         raise ValueError(f"cron {expression!r}: never fires (no day matches its day and month fields)")
     zone = parse_time_zone(time_zone)
-    fixed: int | None = None
+    return CronSchedule(expression, time_zone, plan, zone, _fixed_offset_of(zone))
+
+
+#: IANA names of zones that never change offset (tzdata's backward links to Etc/UTC and
+#: the Etc/GMT±N family); the machine's zone is usually one of them, and it skips the
+#: per-fire zone arithmetic
+_FIXED_ZONE_NAMES = frozenset(
+    {"UTC", "UCT", "GMT", "Universal", "Zulu", "Greenwich", "GMT0", "GMT+0", "GMT-0"}
+    | {
+        f"Etc/{name}"
+        for name in ("UTC", "UCT", "GMT", "Universal", "Zulu", "Greenwich", "GMT0", "GMT+0", "GMT-0")
+    }
+)
+_ETC_GMT_OFFSET = re.compile(r"Etc/GMT[+-](?:[1-9]|1[0-4])")
+
+
+def _fixed_offset_of(zone: tzinfo) -> int | None:
+    """Seconds east of UTC if ``zone`` has no transitions at all, else None."""
     if isinstance(zone, timezone):
-        fixed = _seconds(zone.utcoffset(None))
-    return CronSchedule(expression, time_zone, plan, zone, fixed)
+        return _seconds(zone.utcoffset(None))
+    key = getattr(zone, "key", None)
+    fixed_name = isinstance(key, str) and (key in _FIXED_ZONE_NAMES or _ETC_GMT_OFFSET.fullmatch(key))
+    if isinstance(zone, zoneinfo.ZoneInfo) and fixed_name:
+        return _seconds(zone.utcoffset(datetime(2000, 1, 1)))
+    return None

@@ -49,6 +49,9 @@ __all__ = ["ClockSkewError", "JobRunner", "Runtime"]
 
 log = logging.getLogger("scheduler")
 
+#: seconds before a fire the registry failed (session alive) is tried again
+_RETRY_DELAY = 1.0
+
 
 class ClockSkewError(RuntimeError):
     """The local clock differs from the registry's by more than max_time_diff_seconds."""
@@ -155,6 +158,7 @@ class JobRunner:
     def stop_firing(self) -> None:
         self._rt.timer.cancel((self.name, "fire"))
         self._rt.timer.cancel((self.name, "reconcile"))
+        self._rt.timer.cancel((self.name, "retry"))
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
         self._rt.cache.remove_listener(self._on_failover_event, under=self.paths.failover_items)
@@ -337,10 +341,20 @@ class JobRunner:
                 return
             self._running = True
         started = False
+        retry = False
         try:
             started = self._start_run(fire_time)
         except FencedOut as exc:
-            log.info("%s; resynchronising", exc)
+            if exc.reason == "registry":
+                # the outcome is unknown and the session may well be alive, so nobody else
+                # covers this fire: owe it and try again shortly (a mark the server applied
+                # meanwhile is removed first, see ShardingService.mark_running)
+                log.warning("%s; fire %.3f tried again in %gs", exc, fire_time, _RETRY_DELAY)
+                with self._lock:
+                    self._owe(fire_time, session_down=True)
+                retry = True
+            else:
+                log.info("%s; resynchronising", exc)
         except (ShardingError, ClockSkewError) as exc:
             log.error("job %s: fire %.3f not run: %s", self.name, fire_time, exc)
         except RegistryError as exc:
@@ -351,7 +365,9 @@ class JobRunner:
         except Exception:
             log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
         if not started:
-            self._run_ended()
+            self._run_ended(replay=not retry)
+        if retry:
+            self._retry_later()
 
     def _owe(self, fire_time: float, *, session_down: bool) -> None:
         """Remember a fire that cannot run now (lock held). With failover every such fire
@@ -377,14 +393,29 @@ class JobRunner:
             self._owed.clear()
 
     def resume(self) -> None:
-        """The session is back: run the fires owed meanwhile."""
+        """The session is back, or a retry is due: remove a running mark left in doubt,
+        then run the fires owed meanwhile."""
         deadline = time.monotonic() + self._rt.wait_timeout
         while not self._live() and time.monotonic() < deadline and not self._rt.stopping.is_set():
             self.sharding.cache.wait_until(self._live, 0.5)
         with self._lock:
-            owed = None if self._running or not self._owed else self._owed.popleft()
-        if owed is not None:
-            self.fire(owed)
+            if self._running or not self._live() or self._rt.stopping.is_set():
+                return  # the running run's end replays what is owed; or the next resume does
+            self._running = True  # nothing of this job may mark while the stale mark goes
+        swept = False
+        try:
+            swept = self.sharding.remove_stale_mark()
+        except RegistryError as exc:
+            log.warning("job %s: a stale running mark could not be removed yet: %s", self.name, exc)
+        self._run_ended(replay=swept)
+        if not swept:
+            self._retry_later()
+
+    def _retry_later(self) -> None:
+        """Resume again in ``_RETRY_DELAY`` seconds: a registry that failed a call while
+        the session looked alive gets no state change that would resume us."""
+        if not self._rt.stopping.is_set():
+            self._rt.timer.schedule((self.name, "retry"), time.time() + _RETRY_DELAY, lambda _: self.resume())
 
     def _live(self) -> bool:
         return self._rt.live() and self._sharding is not None and self._sharding.registered
@@ -501,13 +532,16 @@ class JobRunner:
         for listener in self._listeners:
             self._call_listener(listener.after_job, run)
         self._run_ended()
+        if self.sharding.mark_in_doubt:
+            self._retry_later()
 
-    def _run_ended(self) -> None:
+    def _run_ended(self, *, replay: bool = True) -> None:
+        """The run (or the attempt) is over; with ``replay``, start what is owed next."""
         with self._idle:
             self._running = False
             self._idle.notify_all()
-            missed = self._owed.popleft() if self._owed and self._live() else None
-        if self._rt.stopping.is_set():
+            missed = self._owed.popleft() if replay and self._owed and self._live() else None
+        if self._rt.stopping.is_set() or not replay:
             return
         if missed is not None:
             log.info("job %s: running owed fire %.3f now", self.name, missed)

@@ -205,7 +205,10 @@ class Scheduler:
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
             workers = ThreadPoolExecutor(self._max_workers, thread_name_prefix="shardjob-worker")
-            timer = Timer(coordinator)
+            # fires in flight at once: one when the registry's calls never wait (more
+            # threads would only take turns on the GIL), else one per coordinator thread
+            in_flight = self._coordinator_threads if getattr(reg, "waits_on_network", True) else 1
+            timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
             self._runtime = Runtime(
                 reg=reg,
                 identity=self.identity,

@@ -1,13 +1,23 @@
 """One timer thread for every job of a process (ElasticJob's thread-per-job design is its
 most reported scaling failure: 7,000 jobs, 20,000 threads).
 
-A heap of due times; the thread sleeps until the earliest and hands each due callback to
-an executor, so a slow job never delays another's fire. Invariant: the thread count is one,
-whatever the number of jobs; a callback never runs on the timer thread itself.
+A heap of due times; the thread sleeps until the earliest and queues each due callback
+for *drains*: tasks on an executor that run queued callbacks one after the other until
+the queue is empty. Many jobs due at the same second cost one task, not one per fire —
+and, above all, not several threads taking turns on the GIL for work that never waits
+(the memory backend's): ``parallel`` drains start at once (the registry's calls wait on
+the network, so several fires in flight pay), and one more starts whenever a callback has
+held its drain for ``stall`` seconds with others queued, up to ``max_drains``.
+
+Invariants: the thread count is one, whatever the number of jobs; a callback never runs
+on the timer thread itself; callbacks start in due order; a slow callback holds up the
+others for at most ``stall`` seconds (then another drain takes them), unless all
+``max_drains`` are busy.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -24,15 +34,33 @@ FireCallback = Callable[[float], None]
 
 
 class Timer:
-    def __init__(self, executor: Executor, name: str = "shardjob-timer") -> None:
+    def __init__(
+        self,
+        executor: Executor,
+        name: str = "shardjob-timer",
+        *,
+        parallel: int = 1,
+        max_drains: int = 4,
+        stall: float = 0.1,
+    ) -> None:
+        if not 1 <= parallel <= max_drains:
+            raise ValueError(f"need 1 <= parallel ({parallel}) <= max_drains ({max_drains})")
         self._executor = executor
         self._name = name
+        self._parallel = parallel
+        self._max_drains = max_drains
+        self._stall = stall
         self._heap: list[tuple[float, int, Hashable]] = []
         self._entries: dict[Hashable, tuple[float, int, FireCallback]] = {}
         self._seq = itertools.count()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        #: due callbacks waiting for a drain, in due order
+        self._ready: collections.deque[tuple[float, FireCallback]] = collections.deque()
+        #: per running drain: when its current callback started (None between callbacks)
+        self._drains: dict[int, float | None] = {}
+        self._drain_ids = itertools.count()
 
     def start(self) -> None:
         with self._wake:
@@ -72,18 +100,52 @@ class Timer:
         while True:
             with self._wake:
                 while not self._stopped:
-                    due_now = self._pop_due()
-                    if due_now:
+                    self._ready.extend(self._pop_due())
+                    wanted = self._drains_wanted()
+                    if wanted:
                         break
                     timeout = self._heap[0][0] - time.time() if self._heap else None
+                    if self._ready:  # drains at work: look again when one could be stalled
+                        timeout = self._stall if timeout is None else min(timeout, self._stall)
                     self._wake.wait(timeout if timeout is None else max(timeout, 0.0))
                 if self._stopped:
                     return
-            for due, callback in due_now:
+                drains = [next(self._drain_ids) for _ in range(wanted)]
+                for drain in drains:
+                    self._drains[drain] = None
+            for drain in drains:
                 try:
-                    self._executor.submit(callback, due)
+                    self._executor.submit(self._drain, drain)
                 except RuntimeError:
                     return  # executor shut down: the scheduler is stopping
+
+    def _drains_wanted(self) -> int:
+        """How many drains to start now (lock held)."""
+        if not self._ready:
+            return 0
+        running = len(self._drains)
+        if running < self._parallel:
+            return min(self._parallel - running, len(self._ready))
+        now = time.monotonic()
+        stalled = any(
+            started is not None and now - started >= self._stall for started in self._drains.values()
+        )
+        return 1 if stalled and running < self._max_drains else 0
+
+    def _drain(self, drain: int) -> None:
+        while True:
+            with self._wake:
+                if not self._ready or self._stopped:
+                    del self._drains[drain]
+                    return
+                due, callback = self._ready.popleft()
+                self._drains[drain] = time.monotonic()
+            try:
+                callback(due)
+            except Exception:
+                log.exception("%s: a timer callback raised; the others go on", self._name)
+            with self._wake:
+                self._drains[drain] = None
 
     def _pop_due(self) -> list[tuple[float, FireCallback]]:
         now = time.time()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from registry.paths import join
 
@@ -30,69 +31,71 @@ def validate_job_name(name: object) -> str:
 
 @dataclass(frozen=True)
 class JobPaths:
+    """Every path of one job; each is built once (they are read on every fire)."""
+
     job: str
 
     def __post_init__(self) -> None:
         validate_job_name(self.job)
 
-    @property
+    @cached_property
     def root(self) -> str:
         return "/" + self.job
 
-    @property
+    @cached_property
     def config(self) -> str:
         return join(self.root, "config")
 
-    @property
+    @cached_property
     def instances(self) -> str:
         return join(self.root, "instances")
 
     def instance(self, instance_id: str) -> str:
         return join(self.instances, instance_id)
 
-    @property
+    @cached_property
     def servers(self) -> str:
         return join(self.root, "servers")
 
     def server(self, ip: str) -> str:
         return join(self.servers, ip)
 
-    @property
+    @cached_property
     def leader(self) -> str:
         return join(self.root, "leader", "election", "instance")
 
-    @property
+    @cached_property
     def necessary(self) -> str:
         return join(self.root, "leader", "sharding", "necessary")
 
-    @property
+    @cached_property
     def assignment(self) -> str:
         return join(self.root, "sharding", "assignment")
 
-    @property
+    @cached_property
     def disabled_items(self) -> str:
         return join(self.root, "sharding", "disabled")
 
-    @property
+    @cached_property
     def running(self) -> str:
         return join(self.root, "running")
 
     def running_of(self, instance_id: str) -> str:
         return join(self.running, instance_id)
 
-    @property
+    @cached_property
     def failover(self) -> str:
         return join(self.root, "leader", "failover")
 
-    @property
+    @cached_property
     def failover_items(self) -> str:
         return join(self.failover, "items")
 
-    @property
+    @cached_property
     def failover_lock(self) -> str:
         return join(self.failover, "latch")
 
-    @property
+    @cached_property
     def triggers(self) -> str:
         return join(self.root, "trigger")
 

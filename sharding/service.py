@@ -128,6 +128,10 @@ class ShardingService:
         self._missed_fires = missed_fires
         self._last_fire: float | None = None
         self._registration = _Registration()
+        #: a running-mark write ended with an unknown outcome (``mark_in_doubt``)
+        self._mark_in_doubt = False
+        #: the mark of the run in progress, between mark_running and clear_running
+        self._held_mark: RunMark | None = None
         self._reshard_lock = threading.RLock()
         self._state_lock = threading.Lock()
         self._max_epoch = 0
@@ -336,12 +340,18 @@ class ShardingService:
         fire_time: float,
         *,
         claimed: Sequence[FailoverEntry] = (),
+        retried: bool = False,
     ) -> RunMark:
         """The fencing point: ONE transaction that checks the assignment is still the one
         read, that this instance's registration (and so its session) is the live one, and
         creates this instance's running mark (ephemeral, or persistent with failover so a
         crash leaves it behind). With ``claimed`` failover entries it also removes them from
-        the queue, at the version read. ``FencedOut`` if any of it fails: nothing ran."""
+        the queue, at the version read. ``FencedOut`` if any of it fails: nothing ran.
+
+        Only this instance writes its mark, and the runner marks one run at a time: a mark
+        already there while this service holds none (no ``mark_running`` without its
+        ``clear_running``) is stale — a write whose outcome was unknown, or a removal that
+        failed. It is removed at the version read and the mark written again, once."""
         version = self._registration.version
         if version is None:
             raise FencedOut(
@@ -363,6 +373,8 @@ class ShardingService:
         try:
             self._reg.transaction(ops)
         except TransactionError as exc:
+            if exc.index == 2 and not retried and self._held_mark is None and self._remove_stale_mark(path):
+                return self.mark_running(current, items, fire_time, claimed=claimed, retried=True)
             reason, text = {
                 0: ("assignment", "the assignment changed"),
                 1: ("registration", "this instance's registration is gone"),
@@ -371,12 +383,16 @@ class ShardingService:
             }.get(exc.index if exc.index is not None else -1, ("registry", str(exc)))
             raise FencedOut(f"job {self.job}: run refused, {text}", reason) from None
         except RegistryError as exc:
+            self._mark_in_doubt = True  # the server may have applied it all the same
             raise FencedOut(
                 f"job {self.job}: run refused, registry unavailable ({exc})", "registry"
             ) from None
+        self._mark_in_doubt = False
+        mark = RunMark(current.epoch, tuple(items), fire_time, path)
+        self._held_mark = mark
         if not claimed:
             self._last_fire = fire_time if self._last_fire is None else max(self._last_fire, fire_time)
-        return RunMark(current.epoch, tuple(items), fire_time, path)
+        return mark
 
     def failover_entries(self, current: CurrentAssignment) -> list[FailoverEntry]:
         """Queued failover work for the items this instance owns in ``current``."""
@@ -393,10 +409,47 @@ class ShardingService:
             return FailoverQueue()
 
     def clear_running(self, mark: RunMark) -> None:
+        self._held_mark = None
         try:
             self._reg.delete(mark.path)
         except RegistryError:
-            log.warning("job %s: clearing the running mark failed; it goes with the session", self.job)
+            self._mark_in_doubt = True
+            log.warning(
+                "job %s: clearing the running mark failed; it is removed once the registry answers", self.job
+            )
+        else:
+            self._mark_in_doubt = False
+
+    @property
+    def mark_in_doubt(self) -> bool:
+        """True while a write of this instance's running mark ended with an unknown
+        outcome: the mark may be there with nothing running (see ``remove_stale_mark``)."""
+        return self._mark_in_doubt
+
+    def remove_stale_mark(self) -> bool:
+        """Remove this instance's running mark if one is left over from a write in doubt;
+        the caller guarantees it runs nothing of this job. True once nothing is in doubt.
+        A stale mark would otherwise refuse every later run 'already running' and hold up
+        every resharding that waits for running items to finish."""
+        if not self._mark_in_doubt or self._held_mark is not None:
+            return True
+        self._remove_stale_mark(self.paths.running_of(self.identity.instance_id))
+        self._mark_in_doubt = False
+        return True
+
+    def _remove_stale_mark(self, path: str) -> bool:
+        """Delete ``path`` at the version read; True if there was one to delete."""
+        node = self._reg.get_node(path)
+        if node is None:
+            return False
+        try:
+            self._reg.transaction([Delete(path, node.version)])
+        except TransactionError:
+            return False
+        log.warning(
+            "job %s: removed a stale running mark of this instance (%d bytes)", self.job, len(node.value)
+        )
+        return True
 
     def running_instances(self) -> list[str]:
         return self._cache.children(self.paths.running)

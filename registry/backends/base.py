@@ -159,6 +159,9 @@ class BaseRegistry(abc.ABC):
     """Template for backends: public methods check and translate, primitives do the I/O."""
 
     backend_name = "base"
+    #: whether a call waits on a server: callers then gain by keeping several in flight
+    #: (the scheduler's fire drains); memory's calls are pure CPU under the GIL
+    waits_on_network = True
 
     def __init__(self, parsed: RegistryURL) -> None:
         self._parsed = parsed
@@ -442,7 +445,8 @@ class BaseRegistry(abc.ABC):
             if not isinstance(op, (Create, Set, Delete, Check)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
             if isinstance(op, Check):
-                stored_ops.append(replace(op, path=self._stored(op.path)))
+                stored_path = self._stored(op.path)
+                stored_ops.append(op if stored_path == op.path else replace(op, path=stored_path))
                 continue
             stored = self._stored_writable(op.path)
             if op.path in written:
@@ -452,7 +456,7 @@ class BaseRegistry(abc.ABC):
             written[op.path] = index
             if isinstance(op, (Create, Set)):
                 total += len(_check_value(op.path, op.value))
-            stored_ops.append(replace(op, path=stored))
+            stored_ops.append(op if stored == op.path else replace(op, path=stored))
         if total > MAX_TXN_BYTES:
             raise TransactionError(
                 f"transaction carries {total} bytes of values; at most {MAX_TXN_BYTES} are allowed"

@@ -360,6 +360,7 @@ class MemoryRegistry(BaseRegistry):
     """A client of a :class:`MemoryStore` with its own session."""
 
     backend_name = "memory"
+    waits_on_network = False
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)

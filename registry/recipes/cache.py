@@ -81,8 +81,8 @@ class TreeCache:
 
     def get_node(self, path: str) -> Node | None:
         self._check(path)
-        with self._changed:
-            return self._nodes.get(path)
+        # one dict read is atomic: no lock on the path every fire takes
+        return self._nodes.get(path)
 
     def exists(self, path: str) -> bool:
         return self.get_node(path) is not None

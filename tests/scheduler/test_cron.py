@@ -5,6 +5,7 @@ clock here is a fixed timestamp.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -740,3 +741,22 @@ def test_next_fire_is_thread_safe() -> None:
         thread.join(timeout=60)
     assert len(results) == 8
     assert all(r == expected for r in results)
+
+
+@pytest.mark.parametrize(
+    ("iana", "fixed"), [("Etc/UTC", "UTC"), ("Etc/GMT+5", "GMT-05:00"), ("Etc/GMT-14", "+14:00")]
+)
+def test_fixed_iana_zones_fire_as_their_offset(iana: str, fixed: str) -> None:
+    """The IANA names of zones without transitions take the fixed-offset shortcut; its fire
+    times are those of the general zone arithmetic and of the equivalent offset zone."""
+    after = 1_700_000_000.0
+    for expression in ("0 0 12 * * ?", "0 30 2 * * ?", "*/7 * * * * ?", "0 15 10 ? * 6L"):
+        named, offset = CronSchedule.parse(expression, iana), CronSchedule.parse(expression, fixed)
+        general = dataclasses.replace(named, _fixed_offset=None)
+        assert named._fixed_offset is not None
+        moment = after
+        for _ in range(5):
+            got = named.next_fire(moment)
+            assert got == offset.next_fire(moment) == general.next_fire(moment)
+            assert got is not None
+            moment = got

@@ -76,7 +76,9 @@ def test_cut_off_instance_leaves_no_fire_unrun(
     namespace = harness.fresh_namespace()
     timeout = harness.min_session_timeout
     link = harness.link()
-    urls = [harness.url(namespace, session_timeout=timeout)] * 2 + [link.url(namespace, session_timeout=timeout)]
+    urls = [harness.url(namespace, session_timeout=timeout)] * 2 + [
+        link.url(namespace, session_timeout=timeout)
+    ]
     cluster = []
     for url in urls:
         sched = Scheduler(url, max_workers=TOTAL)
@@ -105,13 +107,15 @@ def test_cut_off_instance_leaves_no_fire_unrun(
     def covered_after(moment: float) -> bool:
         with journal.lock:
             return any(
-                e.fire_time > moment and {x.item for x in journal.executions if x.fire_time == e.fire_time}
-                == set(range(TOTAL))
+                e.fire_time > moment
+                and {x.item for x in journal.executions if x.fire_time == e.fire_time} == set(range(TOTAL))
                 for e in journal.executions
                 if e.instance in survivors
             )
 
-    wait_for(lambda: time.time() > settle and covered_after(settle), timeout + 30, message="survivors cover all")
+    wait_for(
+        lambda: time.time() > settle and covered_after(settle), timeout + 30, message="survivors cover all"
+    )
     end = time.time() - 1.5  # fires after this may still be running
     fires = sorted({f for _, f in journal.pairs() if f < end})
     first = min(f for f in fires if f >= cut_at - 2)
@@ -127,3 +131,38 @@ def test_cut_off_instance_leaves_no_fire_unrun(
         assert missing, "expected the cut-off instance's fires to go unrun without failover"
         assert all(f <= cut_at + timeout + 3 for _, f in missing)
     link.restore()
+
+
+def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """The link drops while an item runs, so the end of the run cannot remove its
+    (persistent, failover) running mark; the session survives the cut. Once the link is
+    back the instance removes its own stale mark and runs again, rather than refusing every
+    fire 'already running' for good."""
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    link = harness.link()
+    sched = Scheduler(link.url(namespace, session_timeout=harness.min_session_timeout * 5), max_workers=TOTAL)
+    schedulers.append(sched)
+    sched.add_job(
+        JobConfig(name="job", cron="* * * * * ?", sharding_total_count=2, failover=True),
+        journal.job(sched.instance_id, hold=0.6),
+    )
+    try:
+        sched.start()
+        wait_for(lambda: len(journal.pairs()) >= 4, 30, message="two fires run")
+        wait_for(lambda: 0.1 < time.time() % 1 < 0.3, 2, message="inside a run")
+        link.cut()
+        service = sched.runner("job").sharding
+        wait_for(lambda: service.mark_in_doubt, 20, message="the mark's removal failed")
+        restored_at = time.time()
+        link.restore()
+        wait_for(
+            lambda: len({f for _, f in journal.pairs() if f > restored_at + 1}) >= 2,
+            30,
+            message="runs go on after the cut",
+        )
+        assert not service.mark_in_doubt
+    finally:
+        link.close()

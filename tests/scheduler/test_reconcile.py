@@ -50,7 +50,9 @@ def test_assignment_naming_a_dead_instance_is_repaired_without_a_fire(sched: Sch
 
     def repaired() -> bool:
         now = service.ready()
-        return now is not None and set(now.assignment.items) == {sched.instance_id} and now.epoch > ghost.epoch
+        return (
+            now is not None and set(now.assignment.items) == {sched.instance_id} and now.epoch > ghost.epoch
+        )
 
     wait_for(repaired, 20, message="the assignment covers the live instance only")
 

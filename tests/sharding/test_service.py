@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
+from registry.protocol import SessionState
 from registry.recipes.cache import TreeCache
 from sharding import (
     Assignment,
@@ -24,6 +26,7 @@ from sharding import (
     ShardingSettings,
     get_strategy,
 )
+from sharding.failover import RunTrace
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.sharding import blocking_strategy
@@ -293,6 +296,58 @@ def test_run_mark_is_fenced_by_epoch_and_registration(harness: Harness, executor
         a.mark_running(current, [0], fire_time=3.0)  # planned under the old epoch
     fresh = a.ensure_ready(10)
     a.clear_running(a.mark_running(fresh, a.local_items(fresh), fire_time=4.0))
+
+
+def test_a_stale_mark_of_its_own_is_removed_before_marking(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """A mark the server applied although the client saw no answer (or one whose removal
+    failed) must not refuse every later run 'already running'."""
+    cluster = Cluster(harness, executor, total=4, failover=True)
+    a = cluster.add(ids(1)[0])
+    current = a.ensure_ready(10)
+    own = JobPaths(JOB).running_of(ids(1)[0])
+    cluster.connect().put(own, RunTrace("running", (0,), 1.0).encode())
+    mark = a.mark_running(current, a.local_items(current), fire_time=2.0)
+    reader = cluster.connect()
+    written = reader.get(own)
+    assert written is not None and RunTrace.decode(own, written).fire_time == 2.0
+    a.clear_running(mark)
+    assert not reader.exists(own) and not a.mark_in_doubt
+
+
+def test_a_mark_whose_removal_failed_is_removed_once_the_registry_answers(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    cluster = Cluster(harness, executor, total=4, failover=True)  # persistent marks
+    observer = cluster.connect()
+    link = harness.link()
+    # a session that outlives the cut: only the mark's removal is lost
+    reg = registry.connect(link.url(cluster.namespace, session_timeout=cluster.timeout * 5))
+    service = ShardingService(
+        reg, JOB, InstanceIdentity.create(ids(1)[0]), cluster.settings, executor=executor, wait_timeout=20
+    )
+    try:
+        service.start()
+        Cluster.live.append(_Stopper(service))
+        current = service.ensure_ready(10)
+        mark = service.mark_running(current, service.local_items(current), fire_time=1.0)
+        own = JobPaths(JOB).running_of(ids(1)[0])
+        link.cut()
+        service.clear_running(mark)
+        assert service.mark_in_doubt and observer.exists(own)
+        link.restore()
+        wait_for(
+            lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED) and service.registered,
+            20,
+            message="the session back",
+        )
+        assert service.remove_stale_mark()
+        assert not observer.exists(own) and not service.mark_in_doubt
+    finally:
+        service.stop()
+        reg.close()
+        link.close()
 
 
 def test_expired_session_cannot_start_a_run_with_its_stale_assignment(

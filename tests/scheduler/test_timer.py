@@ -1,0 +1,81 @@
+"""The timer's drains: due callbacks start in due order, one at a time when ``parallel`` is
+1, and a callback that blocks holds up the others only until another drain takes over."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from scheduler.timer import Timer
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPoolExecutor]:
+    executor = ThreadPoolExecutor(4, thread_name_prefix="timer-test")
+    yield executor
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def test_callbacks_due_together_run_in_due_order_one_at_a_time(pool: ThreadPoolExecutor) -> None:
+    timer = Timer(pool, parallel=1, max_drains=4, stall=5.0)
+    lock = threading.Lock()
+    ran: list[float] = []
+    busy = [0, 0]  # now, most at once
+
+    def record(due: float) -> None:
+        with lock:
+            busy[0] += 1
+            busy[1] = max(busy[1], busy[0])
+        assert threading.current_thread().name.startswith("timer-test")
+        with lock:
+            ran.append(due)
+            busy[0] -= 1
+
+    base = time.time() + 0.2
+    dues = [base + i * 0.001 for i in range(200)]
+    for index, due in enumerate(reversed(dues)):
+        timer.schedule(("job", index), due, record)
+    timer.start()
+    try:
+        wait_for(lambda: len(ran) == len(dues), 10, message="every callback ran")
+    finally:
+        timer.stop()
+    assert ran == sorted(dues)
+    assert busy[1] == 1
+
+
+def test_a_blocked_callback_holds_the_others_only_until_another_drain_starts(
+    pool: ThreadPoolExecutor,
+) -> None:
+    timer = Timer(pool, parallel=1, max_drains=2, stall=0.2)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def blocker(_: float) -> None:
+        ran.append("blocker")
+        release.wait(10)
+
+    def quick(_: float) -> None:
+        ran.append("quick")
+
+    due = time.time() + 0.1
+    timer.schedule("blocker", due, blocker)
+    timer.schedule("quick", due + 0.001, quick)
+    timer.start()
+    try:
+        wait_for(lambda: "quick" in ran, 5, message="the second callback ran while the first blocks")
+        assert not release.is_set()
+    finally:
+        release.set()
+        timer.stop()
+    assert ran == ["blocker", "quick"]
+
+
+def test_parallel_must_fit_max_drains(pool: ThreadPoolExecutor) -> None:
+    with pytest.raises(ValueError, match="parallel"):
+        Timer(pool, parallel=3, max_drains=2)
