@@ -19,9 +19,7 @@ Each outcome becomes one :class:`ChaosResult`, appended to ``RESULTS`` (printed 
 at the end of the run by ``tests/scenarios/conftest.py``) and, when the environment
 variable ``SHARDJOB_CHAOS_REPORT`` names a file, written to it as one JSON line (the input
 of ``docs/guarantees.md``). The result is recorded *before* the test asserts on it, so a
-failing scenario is in the report too. A failed run is matched against the product bugs
-already diagnosed (``tests/scenarios/known_bugs.py``): ``assert_passed`` raises
-``KnownBugFailure`` only when they account for every problem.
+failing scenario is in the report too.
 
 Faults beyond the fleet's own signals: :class:`StallingProxy`, a ``TCPProxy`` that can also
 hold bytes in flight, then drop them with a reset (a request lost with its outcome unknown).
@@ -58,7 +56,6 @@ from tests.scenarios.checks import (
     overlapping_runs,
     recovery_point,
 )
-from tests.scenarios.known_bugs import KNOWN_BUGS, KnownBugFailure, diagnose, stuck_on_own_mark
 from tests.scenarios.workers import Fleet, Worker
 from tests.servers.proxy import TCPProxy
 from tests.waiting import wait_for
@@ -66,14 +63,12 @@ from tests.waiting import wait_for
 __all__ = [
     "HOLD",
     "JOB",
-    "KNOWN_BUGS",
     "REPORT_ENV",
     "RESULTS",
     "SESSION_TIMEOUT",
     "TOTAL",
     "ChaosResult",
     "ChaosRun",
-    "KnownBugFailure",
     "StallingProxy",
     "assert_passed",
     "deliberate_wait",
@@ -123,25 +118,14 @@ class ChaosResult:
     window: tuple[float, float] | None = None
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    #: problem -> its kind when it is about progress or per-fire doubling ("missed",
-    #: "stalled", "doubled"); a problem without a kind (an overlap, an exit code, a
-    #: scenario's own check) is never excused by a known bug
+    #: problem -> its kind ("missed", "stalled", "doubled", or the check that found it)
     kinds: dict[str, str] = field(default_factory=dict)
-    #: known bug -> the evidence for it in this run (``tests/scenarios/known_bugs.py``)
-    known_bugs: dict[str, list[str]] = field(default_factory=dict)
-    #: problem -> the known bug that accounts for it
-    excused: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     runs: int = 0
 
     def problem(self, kind: str, text: str) -> None:
         self.problems.append(text)
         self.kinds[text] = kind
-
-    @property
-    def explained(self) -> bool:
-        """Failed, and only in ways known bugs account for."""
-        return not self.passed and all(p in self.excused for p in self.problems)
 
     @property
     def recovery_per_timeout(self) -> float | None:
@@ -167,20 +151,14 @@ class ChaosResult:
     def describe(self) -> str:
         lines = [f"{self.scenario} on {self.backend} (failover {'on' if self.failover else 'off'}):"]
         lines += [f"  problem: {p}" for p in self.problems]
-        for key, evidence in self.known_bugs.items():
-            lines.append(f"  known bug {key} ({'; '.join(evidence[:3])}): {KNOWN_BUGS[key]}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def assert_passed(result: ChaosResult) -> None:
-    """Pass, or fail with ``KnownBugFailure`` when known bugs account for every problem,
-    or with a plain ``AssertionError`` (see ``tests/scenarios/known_bugs.py``)."""
-    if result.passed:
-        return
-    if result.explained:
-        raise KnownBugFailure(result.describe())
-    raise AssertionError(result.describe())
+    """Pass, or fail naming every problem of the run."""
+    if not result.passed:
+        raise AssertionError(result.describe())
 
 
 def record_result(result: ChaosResult) -> None:
@@ -206,7 +184,7 @@ def format_table(results: Sequence[ChaosResult]) -> str:
             _ratio(r.recovery_per_timeout),
             str(len(r.overlaps)),
             str(len(r.missed)),
-            "ok" if r.passed else f"known bug: {', '.join(r.known_bugs)}" if r.explained else "FAIL",
+            "ok" if r.passed else "FAIL",
         )
         for r in results
     ]
@@ -430,20 +408,10 @@ class ChaosRun:
                 whole.append(found)
             return found is not None
 
-        live_workers = [w for w in self.fleet.workers if w.instance_id in live]
-        # a worker refusing every run behind its own stale mark never comes back: stop
-        # waiting for it once that shows in its log (the known bug, not a slow recovery)
         whole_again = attempt(
             f"no fire ran every item on every live worker {sorted(live)} within {recovery_timeout:g}s",
-            lambda: wait_for(
-                lambda: cluster_whole() or stuck_on_own_mark(live_workers), recovery_timeout, 0.1
-            ),
+            lambda: wait_for(cluster_whole, recovery_timeout, 0.1),
         ) and bool(whole)
-        if not whole and stuck_on_own_mark(live_workers):
-            result.problem(
-                "stalled",
-                f"{stuck_on_own_mark(live_workers)} refuse every run behind their own running mark",
-            )
         start = self.window_start if self.window_start is not None else fault_at - 3 * PERIOD
         # the settle point: a few fires past the cluster's first whole fire, so that fires
         # delayed or coalesced by the recovery itself fall inside the window
@@ -475,11 +443,7 @@ class ChaosRun:
         # nobody stuck: every live worker starts items again from here on
         alive_workers = [w for w in self.fleet.alive() if w.instance_id not in dead_ids]
         checked_at = time.time()
-        known_stuck = stuck_on_own_mark(alive_workers)
         for worker in alive_workers:
-            if worker.instance_id in known_stuck:
-                result.problem("stalled", f"{worker.instance_id} stuck (refuses every run)")
-                continue
             attempt(
                 f"{worker.instance_id} stuck (no run started after the window)",
                 _runs_again(worker, checked_at, 5.0),
@@ -529,18 +493,6 @@ class ChaosRun:
             for iid, code in result.exit_codes.items()
             if code not in (0, None)
         )
-        if problems:
-            found = diagnose(
-                [w for w in self.fleet.workers if w.instance_id not in dead_ids],
-                records,
-                result.missed if self.failover else [],
-                regular_doubles(records),
-            )
-            result.known_bugs = dict(found.found)
-            for text in problems:
-                bug = found.excuses(result.kinds.get(text, ""))
-                if bug is not None:
-                    result.excused[text] = bug
         for worker in self.fleet.workers:
             if worker.instance_id in dead_ids:
                 continue
@@ -557,15 +509,6 @@ class ChaosRun:
             result.notes.append(f"timeline:\n{timeline(records, start - 1, end + 1)}")
         record_result(result)
         return result
-
-
-def regular_doubles(records: Iterable[Record]) -> list[tuple[int, float]]:
-    """The (item, fire) pairs with more than one regular run."""
-    count: dict[tuple[int, float], int] = {}
-    for rec in records:
-        if not rec.failover:
-            count[(rec.item, rec.fire_time)] = count.get((rec.item, rec.fire_time), 0) + 1
-    return sorted(pair for pair, n in count.items() if n > 1)
 
 
 def _runs_again(worker: Worker, since: float, timeout: float) -> Callable[[], object]:

@@ -9,11 +9,6 @@ failover re-run is allowed), with failover on every (item, fire) of the window r
 worker is left stuck and every survivor exits 0 on SIGTERM. Each scenario's outcome —
 recovery time over session timeout, overlaps, missed pairs — is a row of the report
 (``SHARDJOB_CHAOS_REPORT``) and of the table printed at the end of the run.
-
-Scenarios that product bugs make fail are marked ``xfail(raises=KnownBugFailure)``:
-``strict`` where the bug shows on every run, not strict where it shows only on some (a
-strict mark would then fail the runs it spares). ``raises`` keeps the mark honest: a run
-that fails in any way the diagnosed bugs do not account for fails the test.
 """
 
 from __future__ import annotations
@@ -23,8 +18,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +46,6 @@ from tests.scenarios.checks import (
     failover_reruns,
     missed_pairs,
     recovery_point,
-)
-from tests.scenarios.known_bugs import (
-    BUG_OWED_REPLAY,
-    BUG_REFUSED_DROPPED,
-    BUG_STALE_MARK,
-    SUMMARIES,
-    KnownBugFailure,
-    diagnose,
 )
 from tests.scenarios.workers import Fleet
 from tests.servers.env import parse_hosts
@@ -162,20 +147,6 @@ def cluster_stage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
         yield made
     finally:
         made.close()
-
-
-def known_bug(*keys: str, strict: bool, how: str = "") -> pytest.MarkDecorator:
-    """xfail for a scenario that fails because of known product bugs — and only for
-    that: ``raises=KnownBugFailure`` lets any other failure fail."""
-    reason = "; ".join(f"[{key}] {SUMMARIES[key]}" for key in keys)
-    return pytest.mark.xfail(
-        raises=KnownBugFailure, strict=strict, reason=f"{how}{reason} (tests/scenarios/known_bugs.py)"
-    )
-
-
-def backends(**marks: pytest.MarkDecorator) -> list[Any]:
-    """The ``stage`` parameters (indirect), with the given marks per backend."""
-    return [pytest.param(b, marks=marks[b], id=b) if b in marks else pytest.param(b, id=b) for b in BACKENDS]
 
 
 # -- 1. SIGKILL of a worker while it runs items ----------------------------------------
@@ -281,12 +252,6 @@ def test_sigstop_of_the_leader_past_the_session_timeout(stage: Stage) -> None:
 
 
 # -- 4. the registry: a single server restarted, a cluster member lost -----------------
-# intermittent: the restart cuts a run's mark write in flight (its start or its end) in
-# some runs; the fire whose mark failed 'registry unavailable' is dropped in others
-_RESTART_BUGS = known_bug(BUG_STALE_MARK, BUG_REFUSED_DROPPED, strict=False, how="intermittent: ")
-
-
-@pytest.mark.parametrize("stage", backends(zookeeper=_RESTART_BUGS, etcd=_RESTART_BUGS), indirect=True)
 def test_registry_server_restart(stage: Stage) -> None:
     run = stage.run("server-restart", "registry restart, 1 s down", failover=True)
     run.fleet.start(*instance_ids("r", 3))
@@ -300,15 +265,7 @@ def test_registry_server_restart(stage: Stage) -> None:
     assert_passed(run.finish(fault_at, fault_end))
 
 
-# intermittent: a fire whose mark is stuck on the dead member until its deadline (etcd) is
-# dropped; a mark write lost in flight with the member leaves a stale mark
-_MEMBER_LOSS_BUGS = known_bug(BUG_REFUSED_DROPPED, BUG_STALE_MARK, strict=False, how="intermittent: ")
-
-
 @pytest.mark.cluster
-@pytest.mark.parametrize(
-    "cluster_stage", backends(zookeeper=_MEMBER_LOSS_BUGS, etcd=_MEMBER_LOSS_BUGS), indirect=True
-)
 def test_loss_of_the_leader_member_of_a_cluster(cluster_stage: Stage) -> None:
     run = cluster_stage.run("member-loss", "registry leader member killed (3 nodes)", failover=True)
     cluster = cluster_stage.server
@@ -325,12 +282,6 @@ def test_loss_of_the_leader_member_of_a_cluster(cluster_stage: Stage) -> None:
 
 
 # -- 5. a network cut between one worker and the registry ------------------------------
-# intermittent (about half the runs): the fires the cut worker owes while cut off are
-# replayed under the new assignment once its lost session has been replaced
-_CUT_BUGS = known_bug(BUG_OWED_REPLAY, strict=False, how="intermittent: ")
-
-
-@pytest.mark.parametrize("stage", backends(zookeeper=_CUT_BUGS, etcd=_CUT_BUGS), indirect=True)
 def test_network_cut_of_a_worker_past_the_session_timeout(stage: Stage) -> None:
     run = stage.run("network-cut", "one worker cut off for 2 x timeout + 1 s", failover=True)
     proxy = stage.proxy()
@@ -353,17 +304,6 @@ def test_network_cut_of_a_worker_past_the_session_timeout(stage: Stage) -> None:
     assert_passed(run.finish(fault_at, fault_end))
 
 
-@pytest.mark.parametrize(
-    "stage",
-    backends(
-        # etcd's delete is one request, so the flap always swallows it; ZooKeeper's delete
-        # reads the subtree first: the flap mostly swallows that idempotent read, which is
-        # retried, and the delete goes out after the reconnect — but not always
-        etcd=known_bug(BUG_STALE_MARK, strict=True),
-        zookeeper=known_bug(BUG_STALE_MARK, strict=False, how="intermittent: "),
-    ),
-    indirect=True,
-)
 @pytest.mark.parametrize("failover", [True, False], ids=["failover", "no-failover"])
 def test_run_end_lost_in_flight(stage: Stage, failover: bool) -> None:
     """A link flap far shorter than the session timeout that swallows the request ending a
@@ -458,18 +398,12 @@ def test_corrupt_nodes_in_the_job_subtree(stage: Stage) -> None:
     assert_passed(run.finish(fault_at, config_at, extra_checks=corruption_handled))
 
 
-# -- the checkers and the diagnosis themselves (no server) -----------------------------
+# -- the checkers themselves (no server) -----------------------------------------------
 def _run(item: int, fire: float, who: str, start: float, *, failover: bool = False) -> Record:
     return Record(JOB, item, fire, 1, who, start, start + HOLD, TOTAL, failover)
 
 
-@dataclass
-class _Logged:
-    instance_id: str
-    stderr_file: Path
-
-
-def test_the_chaos_checkers_catch_what_they_are_for(tmp_path: Path) -> None:
+def test_the_chaos_checkers_catch_what_they_are_for() -> None:
     base = [_run(0, 10.0, "a", 10.0), _run(1, 10.0, "b", 10.0)]
     # a failover re-run of a pair that already ran is allowed; a second regular run is not
     rerun = [*base, _run(0, 10.0, "b", 12.0, failover=True)]
@@ -487,26 +421,8 @@ def test_the_chaos_checkers_catch_what_they_are_for(tmp_path: Path) -> None:
         12.1,
     )
 
-    # the known-bug signatures: tied to the very fires and pairs that went wrong
-    log_a, log_b = tmp_path / "a.stderr", tmp_path / "b.stderr"
-    refused_at = datetime.fromtimestamp(13.5).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
-    log_a.write_text(f"{refused_at} INFO scheduler: job job: run refused, registry unavailable (x)\n")
-    log_b.write_text(
-        "x WARNING sharding: job job: clearing the running mark failed; it goes with the session\n"
-        + "x INFO scheduler: job job: run refused, already running; resynchronising\n" * 2
-    )
-    a, b = _Logged("a", log_a), _Logged("b", log_b)
-    assert list(diagnose([a], base, [(0, 11.0)], []).found) == [BUG_REFUSED_DROPPED]
-    assert diagnose([a], base, [(0, 5.0)], []).found == {}  # a fire nobody dropped
-    assert list(diagnose([b], base, [], []).found) == [BUG_STALE_MARK]
-    log_a.write_text("x session lost\nx INFO scheduler: job job: running owed fire 10.000 now\n")
-    doubled = [*base, _run(0, 10.0, "a", 14.0)]
-    assert list(diagnose([a], doubled, [], [(0, 10.0)]).found) == [BUG_OWED_REPLAY]
-    assert diagnose([b], doubled, [], [(0, 10.0)]).found.keys() == {BUG_STALE_MARK}
-
-    # nothing excuses an overlap
+    # a result with a problem fails, naming it
     result = ChaosResult("s", "f", "zookeeper", True, SESSION_TIMEOUT)
     result.problem("missed", "1 pair never ran")
-    result.problems.append("overlap: a and b ran item 0 at once")
-    result.excused["1 pair never ran"] = BUG_REFUSED_DROPPED
-    assert not result.explained
+    with pytest.raises(AssertionError, match="1 pair never ran"):
+        assert_passed(result)
