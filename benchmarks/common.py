@@ -44,6 +44,7 @@ __all__ = [
     "spawn_ready",
     "stop_child",
     "summarize",
+    "versions",
     "write_results",
 ]
 
@@ -158,13 +159,53 @@ def print_table(
     sys.stdout.flush()
 
 
+def _first_line(path: str, prefix: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 def machine_info() -> dict[str, Any]:
+    memory = _first_line("/proc/meminfo", "MemTotal")
     return {
         "cpus": os.cpu_count(),
+        "cpu_model": _first_line("/proc/cpuinfo", "model name"),
+        "memory_gib": round(int(memory.split()[0]) / 2**20, 1) if memory else None,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
+
+
+#: the distributions whose versions a figure depends on (None: not installed)
+_PACKAGES = ("kazoo", "etcd-sdk-python", "APScheduler", "tooz", "matplotlib")
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the clients, the anchors and the servers (Debian's, as the tests use)."""
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for package in _PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    jars = sorted(Path("/usr/share/java").glob("zookeeper-[0-9]*.jar"))
+    found["ZooKeeper server"] = (
+        jars[-1].name.removeprefix("zookeeper-").removesuffix(".jar") if jars else None
+    )
+    try:
+        out = subprocess.run(["etcd", "--version"], capture_output=True, text=True, timeout=10).stdout
+        found["etcd server"] = out.split("Version:", 1)[1].split()[0] if "Version:" in out else None
+    except (OSError, subprocess.TimeoutExpired):
+        found["etcd server"] = None
+    return found
 
 
 def git_revision() -> dict[str, Any] | None:
@@ -198,6 +239,7 @@ def write_results(name: str, args: argparse.Namespace, payload: dict[str, Any]) 
         "quick": bool(args.quick),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
+        "versions": versions(),
         # taken when the arguments were parsed: the code the run started with
         "git": getattr(args, "revision", None) or git_revision(),
         **payload,

@@ -9,8 +9,10 @@ shutdown) and time the same two things: no timeout may be involved there.
 
 Anchors, same session timeout, same server: kazoo's ``Election`` recipe (leader in a child
 process, SIGKILL, time until the contender's function runs) and a pyetcd lease kept alive
-every TTL/3 + a watch + create-if-absent (the python-etcd3 idiom). Runs alternate ours and
-the anchor, so drift on this shared machine touches both alike.
+every TTL/3 + a watch + create-if-absent (the python-etcd3 idiom); on ZooKeeper also tooz's
+leader election (``watch_elected_as_leader`` + ``run_watchers``, polled every 50 ms, as
+tooz users must). Runs alternate ours and the anchors, so drift on this shared machine
+touches them alike.
 
 Where the kill falls within the dead client's heartbeat period (about timeout/3 for every
 client here: kazoo pings, our lease keeper, the anchor's refresh) decides how much of the
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import registry
+from benchmarks.charts import Charts
 from benchmarks.common import (
     BenchmarkError,
     base_parser,
@@ -52,7 +55,7 @@ from benchmarks.common import (
 from registry.protocol import RegistryCenter
 from sharding import AssignmentState, InstanceIdentity, ShardingService, ShardingSettings
 
-__all__ = ["main"]
+__all__ = ["NAME", "main", "render", "summary"]
 
 NAME = "election_failover"
 JOB = "orders"
@@ -63,6 +66,7 @@ ANCHORS = {
     "zookeeper": "kazoo Election (child leader SIGKILLed)",
     "etcd": "pyetcd lease + watch + create-if-absent",
 }
+TOOZ_ANCHOR = "tooz leader election on ZooKeeper (child leader SIGKILLed)"
 #: DESIGN.md 7 / servers.md: SIGKILL of the holder, 4 s session/lease, 5 runs, median (s)
 REFERENCE_4S = {
     "kazoo Election": 4.07,
@@ -279,6 +283,82 @@ def _etcd_run(address: str, timeout: float, workdir: Path, index: int, offset: f
         stop_child(child)
 
 
+_TOOZ_POLL = 0.05
+
+
+def _tooz_coordinator(address: str, member: str, timeout: float) -> Any:
+    """A started tooz coordinator; ``member`` must not be 'leader', which tooz's ZooKeeper
+    driver uses as a node name beside the members'."""
+    from tooz import coordination
+
+    # tooz passes 'timeout' to KazooClient as the session timeout
+    url = f"kazoo://{address}?timeout={timeout:g}"
+    coordinator = coordination.get_coordinator(url, member.encode())
+    coordinator.start(start_heart=True)
+    return coordinator
+
+
+def _tooz_run(address: str, timeout: float, workdir: Path, index: int, offset: float) -> float:
+    group = f"bench-tooz-{uuid.uuid4().hex[:8]}"
+    child = spawn_ready(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.election_failover",
+            "_tooz_leader",
+            address,
+            group,
+            f"{timeout:g}",
+        ],
+        workdir / f"tooz-{index}.log",
+    )
+    coordinator = _tooz_coordinator(address, "tooz-contender", timeout)
+    elected_at: list[float] = []
+    try:
+        coordinator.join_group(group.encode()).get()
+        coordinator.watch_elected_as_leader(group.encode(), lambda event: elected_at.append(time.monotonic()))
+        coordinator.run_watchers()
+        if elected_at:
+            raise BenchmarkError("tooz: the contender led before the child was killed")
+        time.sleep(offset)  # the phase of this run's kill, not a wait for a condition
+        t0 = time.monotonic()
+        child.kill()
+        deadline = t0 + 3 * timeout + 20
+        while not elected_at:
+            if time.monotonic() > deadline:
+                raise BenchmarkError("tooz: the contender was never elected")
+            coordinator.run_watchers()
+            time.sleep(_TOOZ_POLL)  # tooz elects only inside run_watchers: its users poll
+        return elected_at[0] - t0
+    finally:
+        coordinator.stop()
+        stop_child(child)
+
+
+def _tooz_leader(address: str, group: str, timeout: str) -> int:
+    from tooz import coordination
+
+    coordinator = _tooz_coordinator(address, "tooz-leader", float(timeout))
+    try:
+        coordinator.create_group(group.encode()).get()
+    except coordination.GroupAlreadyExist:
+        pass
+    coordinator.join_group(group.encode()).get()
+    elected: list[bool] = []
+    coordinator.watch_elected_as_leader(group.encode(), lambda event: elected.append(True))
+    deadline = time.monotonic() + 20
+    while not elected and time.monotonic() < deadline:
+        coordinator.run_watchers()
+        time.sleep(_TOOZ_POLL)
+    if not elected:
+        print("never elected", file=sys.stderr)
+        return 1
+    print("ready", flush=True)
+    sys.stdin.read()
+    coordinator.stop()
+    return 0
+
+
 def _kazoo_leader(address: str, path: str, timeout: str) -> int:
     from kazoo.client import KazooClient
 
@@ -331,6 +411,7 @@ def _bench_backend(backend: str, address: str, args: argparse.Namespace, workdir
     timeout: float = args.timeout
     ours: list[dict[str, float | None]] = []
     anchor: list[float] = []
+    tooz: list[float] = []
     anchor_run: Callable[[str, float, Path, int, float], float] = (
         _kazoo_run if backend == "zookeeper" else _etcd_run
     )
@@ -340,6 +421,8 @@ def _bench_backend(backend: str, address: str, args: argparse.Namespace, workdir
             ours.append(_ours_run(backend, address, timeout, workdir, index, offset, pool))
             if not args.no_anchors:
                 anchor.append(anchor_run(address, timeout, workdir, index, offset))
+                if backend == "zookeeper":
+                    tooz.append(_tooz_run(address, timeout, workdir, index, offset))
 
     def column(key: str) -> list[float]:
         return [value for run in ours if (value := run[key]) is not None]
@@ -354,6 +437,8 @@ def _bench_backend(backend: str, address: str, args: argparse.Namespace, workdir
         "shardjob_stop_ready": _stats(column("stop_ready_s"), timeout),
         "anchor_name": ANCHORS[backend],
         "anchor": _stats(anchor, timeout) if anchor else None,
+        "anchor_tooz_name": TOOZ_ANCHOR if tooz else None,
+        "anchor_tooz": _stats(tooz, timeout) if tooz else None,
     }
     if anchor:
         result["ratio_kill_leader_to_anchor"] = round(
@@ -380,6 +465,7 @@ LABELS = (
     ("shardjob_kill_leader", "shardjob SIGKILL -> new leader"),
     ("shardjob_kill_ready", "shardjob SIGKILL -> READY without it"),
     ("anchor", None),
+    ("anchor_tooz", None),
     ("shardjob_stop_leader", "shardjob stop() -> new leader"),
     ("shardjob_stop_ready", "shardjob stop() -> READY without it"),
 )
@@ -388,6 +474,8 @@ LABELS = (
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     if argv and argv[0] == "_kazoo_leader":
         raise SystemExit(_kazoo_leader(*argv[1:4]))
+    if argv and argv[0] == "_tooz_leader":
+        raise SystemExit(_tooz_leader(*argv[1:4]))
     if argv and argv[0] == "_etcd_leader":
         raise SystemExit(_etcd_leader(*argv[1:4]))
     args = parse_args(list(argv or []))
@@ -413,7 +501,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(
                 [
                     backend,
-                    label or f"anchor: {figures['anchor_name']}",
+                    label or f"anchor: {figures[key + '_name']}",
                     stats["median_s"],
                     stats["max_s"],
                     stats.get("median_ratio"),
@@ -433,6 +521,101 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     write_results(NAME, args, payload)
     return payload
+
+
+# -- BENCHMARKS.md ----------------------------------------------------------------------------
+#: the target of DESIGN.md 7: failover within this many session timeouts
+TARGET_RATIO = 1.1
+_BACKEND_NAMES = {"zookeeper": "ZooKeeper", "etcd": "etcd"}
+
+
+def _series(document: dict[str, Any]) -> dict[str, list[float]]:
+    """Label -> failover times over the session timeout, for the chart."""
+    out: dict[str, list[float]] = {}
+    for backend, figures in document["results"].items():
+        timeout = figures["session_timeout_s"]
+        name = _BACKEND_NAMES.get(backend, backend)
+        out[f"shardjob\n{name}"] = [v / timeout for v in figures["shardjob_kill_leader"]["runs_s"]]
+        for key, short in (
+            ("anchor", "kazoo" if backend == "zookeeper" else "pyetcd"),
+            ("anchor_tooz", "tooz"),
+        ):
+            if figures.get(key):
+                out[f"{short}\n{name}"] = [v / timeout for v in figures[key]["runs_s"]]
+    return out
+
+
+def render(document: dict[str, Any], charts: Charts) -> str:
+    """This benchmark's section of BENCHMARKS.md."""
+    rows = []
+    for backend, figures in document["results"].items():
+        for key, label in LABELS:
+            stats = figures.get(key)
+            if not stats:
+                continue
+            rows.append(
+                f"| {_BACKEND_NAMES.get(backend, backend)} | {label or 'anchor: ' + figures[key + '_name']} | "
+                f"{stats['median_s']} | {stats['max_s']} | {stats.get('median_ratio')} | {stats.get('max_ratio')} |"
+            )
+    chart = charts.distribution(
+        "failover",
+        f"SIGKILL of the leader -> a survivor leads, / session timeout ({document['runs']} runs each)",
+        _series(document),
+        "x session timeout",
+        reference=(TARGET_RATIO, f"target {TARGET_RATIO}"),
+    )
+    return "\n".join(
+        [
+            "### Failover",
+            "",
+            f"Session timeout {document['session_timeout_s']:g} s, {document['runs']} runs per measure; each run kills "
+            "at a different phase of the dead client's heartbeat period, ours and the anchors alike "
+            "(module docstring of `benchmarks/election_failover.py`). The anchors run in the same run on the "
+            "same server: kazoo's `Election` recipe, a pyetcd lease + watch + create-if-absent hand-over, and "
+            "tooz's ZooKeeper leader election.",
+            "",
+            "| backend | measure | median s | max s | median / timeout | max / timeout |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"![failover over the session timeout]({chart})",
+            "",
+            "A SIGKILLed leader is replaced when the server expires its session, so every contender, ours "
+            "and the anchors, lands near 1 x the timeout; the spread is where the kill falls in the "
+            "heartbeat period and the server's expiry tick. A clean `stop()` hands over at once.",
+        ]
+    )
+
+
+def summary(document: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for backend, figures in document["results"].items():
+        ours = figures["shardjob_kill_leader"]
+        anchors = [
+            f"{'tooz' if key == 'anchor_tooz' else ('kazoo' if backend == 'zookeeper' else 'pyetcd')} "
+            f"{figures[key]['median_ratio']}"
+            for key in ("anchor", "anchor_tooz")
+            if figures.get(key)
+        ]
+        rows.append(
+            {
+                "figure": f"failover after SIGKILL, {_BACKEND_NAMES.get(backend, backend)} (x session timeout)",
+                "target": f"median <= {TARGET_RATIO}",
+                "result": f"median {ours['median_ratio']}, max {ours['max_ratio']}"
+                + (f" (anchors, median: {', '.join(anchors)})" if anchors else ""),
+                "met": "yes" if ours["median_ratio"] <= TARGET_RATIO else "no",
+            }
+        )
+        stop = figures["shardjob_stop_ready"]
+        rows.append(
+            {
+                "figure": f"clean shutdown hand-over, {_BACKEND_NAMES.get(backend, backend)}",
+                "target": "no timeout waited",
+                "result": f"median {stop['median_s']} s (max {stop['max_s']} s) to READY without it",
+                "met": "yes" if stop["max_ratio"] < 0.5 else "no",
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":

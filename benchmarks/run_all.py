@@ -1,32 +1,47 @@
-"""Run every benchmark, one after the other, on one pair of servers started once.
+"""Run every benchmark, one after the other, on one pair of servers started once, then
+regenerate ``BENCHMARKS.md`` from the results.
 
-Usage: ``.venv/bin/python -m benchmarks.run_all [--quick] [--out DIR] [--zk H:P] [--etcd H:P]``
-(the options pass through to each benchmark). A benchmark that fails is reported and the
-others still run; the exit status is 1 if any failed.
+Usage: ``.venv/bin/python -m benchmarks.run_all [--quick] [--only NAME[,NAME]] [--out DIR]
+[--zk H:P] [--etcd H:P]`` (the options pass through to each benchmark). A benchmark that
+fails is reported and the others still run; the exit status is 1 if any failed.
+
+Invariant: a ``--quick`` run writes its report into ``--out``, never over the committed
+``BENCHMARKS.md`` (quick figures are smoke, not measurements); ``--only`` reruns some
+benchmarks and rebuilds the report from every result in the results folder.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
-from benchmarks import election_failover, registry_latency, scheduler_lateness
-from benchmarks.common import base_parser, run_script, servers
+from benchmarks.common import REPO_ROOT, base_parser, run_script, servers
+from benchmarks.report import BENCHMARK_NAMES, write_report
 
 __all__ = ["BENCHMARKS", "main"]
 
-BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
-    "registry_latency": registry_latency.main,
-    "election_failover": election_failover.main,
-    "scheduler_lateness": scheduler_lateness.main,
-}
+#: every benchmark, in the order they run (each is ``benchmarks.<name>``, with ``main``)
+BENCHMARKS = (
+    "registry_latency",
+    "registry_cost",
+    "election_failover",
+    "resharding_scale",
+    "scheduler_lateness",
+)
+assert set(BENCHMARKS) == set(BENCHMARK_NAMES), "run_all and the report list different benchmarks"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = base_parser(__doc__.splitlines()[0] if __doc__ else "run_all").parse_args(list(argv or []))
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else "run_all")
+    parser.add_argument("--only", default=None, help="comma-separated subset of " + ", ".join(BENCHMARKS))
+    args = parser.parse_args(list(argv or []))
+    chosen = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
+    unknown = sorted(set(chosen) - set(BENCHMARKS))
+    if unknown:
+        raise ValueError(f"unknown benchmarks {unknown}; known: {', '.join(BENCHMARKS)}")
     failed: list[str] = []
     took: dict[str, float] = {}
     with servers(args) as live:
@@ -37,20 +52,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             passed += ["--zk", live.zookeeper]
         if live.etcd:
             passed += ["--etcd", live.etcd]
-        for name, bench in BENCHMARKS.items():
+        for name in chosen:
             print(f"\n==== {name} ====", flush=True)
             started = time.monotonic()
             try:
-                bench(passed)
+                importlib.import_module(f"benchmarks.{name}").main(passed)
             except Exception:
                 traceback.print_exc()
                 failed.append(name)
             took[name] = round(time.monotonic() - started, 1)
-    print(f"\nseconds per benchmark: {took}")
+    report = write_report(args.out, args.out / "BENCHMARKS.md" if args.quick else REPO_ROOT / "BENCHMARKS.md")
+    print(f"\nseconds per benchmark: {took}\nwrote {report}")
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)
         raise SystemExit(1)
-    return {"took_s": took}
+    return {"took_s": took, "report": str(report)}
 
 
 if __name__ == "__main__":

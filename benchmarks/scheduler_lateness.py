@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.charts import Charts
 from benchmarks.common import REPO_ROOT, BenchmarkError, base_parser, print_table, run_script, write_results
 from benchmarks.common import summarize as _summarize
 
-__all__ = ["SCHEDULERS", "main"]
+__all__ = ["NAME", "SCHEDULERS", "main", "render", "summary"]
 
 NAME = "scheduler_lateness"
 SCHEDULERS = ("shardjob", "apscheduler")
@@ -173,6 +174,15 @@ class _Progress:
             self.write()
 
 
+def _sample(values: list[float], size: int = 2000) -> list[float]:
+    """``size`` evenly spaced order statistics of ``values`` (all of them if fewer)."""
+    ordered = sorted(values)
+    if len(ordered) <= size:
+        return [round(v, 2) for v in ordered]
+    step = (len(ordered) - 1) / (size - 1)
+    return [round(ordered[round(i * step)], 2) for i in range(size)]
+
+
 def _child(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scheduler_lateness _child")
     parser.add_argument("scheduler", choices=SCHEDULERS)
@@ -230,6 +240,8 @@ def _child(argv: list[str]) -> int:
         "fires": len(lateness_ms),
         "expected_fires": expected,
         "lateness_ms": _summarize(lateness_ms, 2),
+        # for BENCHMARKS.md's chart: evenly spaced order statistics keep the distribution
+        "lateness_sample_ms": _sample(lateness_ms),
         "threads": threads,
         "rss_mib": rss,
         "rss_baseline_mib": baseline_rss,
@@ -418,6 +430,91 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"{jobs_text} jobs, shardjob / APScheduler: {ratios}")
     write_results(NAME, args, payload)
     return payload
+
+
+# -- BENCHMARKS.md ----------------------------------------------------------------------------
+def _markdown_row(jobs: str, figures: dict[str, Any]) -> str:
+    if not figures.get("completed", True) or "lateness_ms" not in figures:
+        return f"| {jobs} | {figures.get('scheduler')} | did not finish starting | | | | | | |"
+    late = figures["lateness_ms"]
+    return (
+        f"| {int(jobs):,} | {figures['scheduler']} | {figures['fires']:,} / {figures['expected_fires']:,} | "
+        f"{late['p50']} | {late['p99']} | {late['max']} | {figures['threads']} | {figures['rss_mib']} | "
+        f"{figures['cpu_s']} |"
+    )
+
+
+def render(document: dict[str, Any], charts: Charts) -> str:
+    """This benchmark's section of BENCHMARKS.md."""
+    rows: list[str] = []
+    series: dict[str, list[float]] = {}
+    for jobs, per_scheduler in document["results"].items():
+        for name, figures in per_scheduler.items():
+            rows.append(_markdown_row(jobs, figures))
+            sample = figures.get("lateness_sample_ms")
+            if sample:
+                series[f"{name}\n{int(jobs):,} jobs"] = sample
+    lines = [
+        "### Fire lateness and footprint",
+        "",
+        f"Every-second cron jobs in one process on `memory://`, each recording its start minus its scheduled "
+        f"time; a {document['window_s']:g} s window after a warm-up; APScheduler 3.x's BackgroundScheduler runs "
+        "the same jobs in its own process in the same run (defaults, but `misfire_grace_time=None`, so a late "
+        "run is measured rather than dropped). CPU is over the window.",
+        "",
+        "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | threads | RSS MiB | CPU s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    if series:
+        chart = charts.distribution(
+            "lateness", "fire lateness (start - scheduled)", series, "ms", log_scale=True
+        )
+        lines += ["", f"![fire lateness]({chart})"]
+    lines += [
+        "",
+        "Threads stay flat from 1,000 to 10,000 jobs (one timer, fixed pools). Each shardjob fire is "
+        "a fenced registry transaction creating the running mark, its removal after the run, and "
+        "the watch events both produce — work APScheduler does not do; that per-fire cost, "
+        "serialised by the GIL, is the lateness gap.",
+    ]
+    return "\n".join(lines)
+
+
+def summary(document: dict[str, Any]) -> list[dict[str, str]]:
+    rows = []
+    for jobs, per_scheduler in document["results"].items():
+        ours, theirs = per_scheduler.get("shardjob"), per_scheduler.get("apscheduler")
+        if not ours or "lateness_ms" not in ours:
+            continue
+        late = ours["lateness_ms"]
+        result = (
+            f"p50 {late['p50']} ms, p99 {late['p99']} ms, {ours['fires']:,}/{ours['expected_fires']:,} fires"
+        )
+        met = "n/a"
+        if theirs and "lateness_ms" in theirs:
+            other = theirs["lateness_ms"]
+            result += (
+                f" (APScheduler p50 {other['p50']} ms, p99 {other['p99']} ms, {theirs['fires']:,} fires)"
+            )
+            met = "yes" if late["p50"] <= other["p50"] and late["p99"] <= other["p99"] else "no"
+        rows.append(
+            {
+                "figure": f"fire lateness, {int(jobs):,} every-second jobs in one process",
+                "target": "at least as good as APScheduler's",
+                "result": result,
+                "met": met,
+            }
+        )
+        rows.append(
+            {
+                "figure": f"threads at {int(jobs):,} jobs",
+                "target": "no thread per job",
+                "result": f"{ours['threads']} threads, {ours['rss_mib']} MiB RSS",
+                "met": "yes" if ours["threads"] < 50 else "no",
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":

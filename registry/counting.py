@@ -3,7 +3,9 @@ registry round trips per fire" (benchmarks and tests count with it, operators ca
 
 Every protocol call that reaches the server is one round trip here (a recursive delete or
 a transaction is one call, whatever it expands to); bytes are the values sent and received.
-Watches and listeners pass through uncounted: they cost no round trip per change.
+Watches and listeners pass through uncounted as calls (they cost no request per change);
+``events`` counts the watch events delivered, i.e. the notifications the server pushed (on
+ZooKeeper each one also makes the backend re-arm a one-shot watch with a read).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from types import TracebackType
 
 from registry.protocol import (
     Create,
+    Event,
     EventCallback,
     ListenerCallback,
     Node,
@@ -38,6 +41,7 @@ class CountingRegistry:
         self.calls: Counter[str] = Counter()
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.events = 0
 
     # -- accounting -------------------------------------------------------------------
     def _count(self, method: str, sent: int = 0, received: int = 0) -> None:
@@ -55,6 +59,7 @@ class CountingRegistry:
         with self._lock:
             self.calls.clear()
             self.bytes_sent = self.bytes_received = 0
+            self.events = 0
 
     def snapshot(self) -> tuple[int, int, int]:
         """(round trips, bytes sent, bytes received) so far."""
@@ -62,6 +67,10 @@ class CountingRegistry:
             return sum(self.calls.values()), self.bytes_sent, self.bytes_received
 
     # -- protocol ---------------------------------------------------------------------
+    @property
+    def waits_on_network(self) -> bool:
+        return bool(getattr(self._inner, "waits_on_network", True))
+
     @property
     def url(self) -> str:
         return self._inner.url
@@ -115,7 +124,12 @@ class CountingRegistry:
         self._inner.transaction(ops)
 
     def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
-        return self._inner.watch(path, callback, initial=initial)
+        def counted(event: Event) -> None:
+            with self._lock:
+                self.events += 1
+            callback(event)
+
+        return self._inner.watch(path, counted, initial=initial)
 
     def flush_events(self, timeout: float = 5.0) -> bool:
         return self._inner.flush_events(timeout)

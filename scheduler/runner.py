@@ -67,6 +67,8 @@ class Runtime:
     timer: Timer
     coordinator: Executor
     workers: Executor
+    #: the worker pool's size: a run hands it at most this many tasks
+    worker_count: int
     wait_timeout: float
     stopping: threading.Event
     live: Callable[[], bool]
@@ -482,8 +484,21 @@ class JobRunner:
                 if last:
                     self._complete(run, mark)
 
-        for ctx in contexts:
-            self._rt.workers.submit(run_one, ctx)
+        # one task per worker, each taking the run's next item until none is left: items
+        # still start as soon as a worker is free, without a future per item (a run of
+        # thousands of items would otherwise cost thousands of them)
+        pending = collections.deque(contexts)
+
+        def take_items() -> None:
+            while True:
+                try:
+                    ctx = pending.popleft()
+                except IndexError:
+                    return
+                run_one(ctx)
+
+        for _ in range(min(len(contexts), self._rt.worker_count)):
+            self._rt.workers.submit(take_items)
         return True
 
     def _contexts(self, run: JobRun) -> list[ShardingContext]:

@@ -216,6 +216,7 @@ class Scheduler:
                 timer=timer,
                 coordinator=coordinator,
                 workers=workers,
+                worker_count=self._max_workers,
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),

@@ -1,20 +1,23 @@
-"""Smoke test of ``benchmarks/``: each benchmark runs in ``--quick`` mode against the test
-session's servers and writes its JSON with the expected keys.
+"""Smoke test of ``benchmarks/``: ``run_all --quick`` runs every benchmark once against
+the test session's servers; each writes its JSON with the expected keys, and the report
+renders every section and chart from them, marked as quick.
 
 No timing is asserted here (DESIGN.md 6: speed targets are benchmarks, never timed
-assertions); this only proves the benchmarks still run against the current code. Without
-APScheduler installed the lateness benchmark runs its shardjob half and says so.
+assertions); this only proves the benchmarks and the report still run against the
+current code.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks import election_failover, registry_latency, run_all, scheduler_lateness
+from benchmarks import registry_cost, registry_latency, run_all, scheduler_lateness
+from benchmarks.report import BENCHMARK_NAMES
 from tests.servers.etcd import EtcdServer
 from tests.servers.external import ExternalServer
 from tests.servers.zookeeper import ZooKeeperServer
@@ -22,8 +25,16 @@ from tests.servers.zookeeper import ZooKeeperServer
 pytestmark = pytest.mark.slow
 
 
-def _servers(zk: ZooKeeperServer | ExternalServer, etcd: EtcdServer | ExternalServer) -> list[str]:
-    return ["--zk", zk.address, "--etcd", etcd.address]
+@pytest.fixture(scope="module")
+def quick_run(
+    tmp_path_factory: pytest.TempPathFactory,
+    zk_server: ZooKeeperServer | ExternalServer,
+    etcd_server: EtcdServer | ExternalServer,
+) -> Iterator[Path]:
+    """One ``run_all --quick`` for the whole module: its output folder."""
+    out = tmp_path_factory.mktemp("bench-quick")
+    run_all.main(["--quick", "--out", str(out), "--zk", zk_server.address, "--etcd", etcd_server.address])
+    yield out
 
 
 def _load(out: Path, name: str) -> dict[str, Any]:
@@ -34,15 +45,19 @@ def _load(out: Path, name: str) -> dict[str, Any]:
     return document
 
 
-def test_run_all_lists_every_benchmark() -> None:
-    assert set(run_all.BENCHMARKS) == {"registry_latency", "election_failover", "scheduler_lateness"}
+def test_run_all_and_the_report_list_every_benchmark() -> None:
+    expected = {
+        "registry_latency",
+        "registry_cost",
+        "election_failover",
+        "resharding_scale",
+        "scheduler_lateness",
+    }
+    assert set(run_all.BENCHMARKS) == set(BENCHMARK_NAMES) == expected
 
 
-def test_registry_latency_quick(
-    tmp_path: Path, zk_server: ZooKeeperServer | ExternalServer, etcd_server: EtcdServer | ExternalServer
-) -> None:
-    registry_latency.main(["--quick", "--out", str(tmp_path), *_servers(zk_server, etcd_server)])
-    document = _load(tmp_path, "registry_latency")
+def test_registry_latency_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "registry_latency")
     ops = document["ops"]
     assert set(document["results"]) == {"memory", "zookeeper", "etcd"}
     for backend, per_op in document["results"].items():
@@ -58,11 +73,8 @@ def test_registry_latency_quick(
                 assert figures["ratio_p50"] is not None
 
 
-def test_election_failover_quick(
-    tmp_path: Path, zk_server: ZooKeeperServer | ExternalServer, etcd_server: EtcdServer | ExternalServer
-) -> None:
-    election_failover.main(["--quick", "--out", str(tmp_path), *_servers(zk_server, etcd_server)])
-    document = _load(tmp_path, "election_failover")
+def test_election_failover_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "election_failover")
     runs = document["runs"]
     assert set(document["results"]) == {"zookeeper", "etcd"}
     for figures in document["results"].values():
@@ -76,11 +88,12 @@ def test_election_failover_quick(
             assert len(figures[key]["runs_s"]) == runs, key
             assert {"median_s", "max_s", "median_ratio", "max_ratio"} <= set(figures[key])
         assert figures["anchor_name"]
+    # tooz's election is the third anchor, on ZooKeeper
+    assert len(document["results"]["zookeeper"]["anchor_tooz"]["runs_s"]) == runs
 
 
-def test_scheduler_lateness_quick(tmp_path: Path) -> None:
-    scheduler_lateness.main(["--quick", "--out", str(tmp_path)])
-    document = _load(tmp_path, "scheduler_lateness")
+def test_scheduler_lateness_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "scheduler_lateness")
     expected = {"shardjob", "apscheduler"} if scheduler_lateness.apscheduler_available() else {"shardjob"}
     assert (document["anchor_skipped"] is None) == ("apscheduler" in expected)
     assert list(document["results"]) == [str(n) for n in document["job_counts"]]
@@ -91,3 +104,53 @@ def test_scheduler_lateness_quick(tmp_path: Path) -> None:
             assert figures["fires"] > 0
             assert {"p50", "p99", "max"} <= set(figures["lateness_ms"])
             assert {"expected_fires", "threads", "rss_mib", "cpu_s"} <= set(figures)
+            assert 0 < len(figures["lateness_sample_ms"]) <= 2000
+
+
+def test_registry_cost_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "registry_cost")
+    backends = {r["backend"] for r in document["results"]}
+    assert backends == {"memory", "zookeeper", "etcd"}
+    for figures in document["results"]:
+        ran = [p for p in figures["per_instance"] if p["fires"]]
+        assert len(ran) == min(figures["items"], registry_cost.INSTANCES)
+        assert figures["round_trips_per_fire"] > 0
+        assert figures["elasticjob"] == registry_cost.elasticjob_round_trips(figures["items_per_instance"])
+
+
+def test_elasticjob_count_is_derived_per_item() -> None:
+    # 2 writes per item (running node created and deleted), 3 checks per item, 2 reads
+    assert registry_cost.elasticjob_round_trips(1) == {"writes": 2, "reads": 5, "total": 7}
+    assert registry_cost.elasticjob_round_trips(3334) == {"writes": 6668, "reads": 10004, "total": 16672}
+
+
+def test_resharding_scale_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "resharding_scale")
+    assert set(document["results"]) == {"zookeeper", "etcd"}
+    for figures in document["results"].values():
+        for change in (*figures["joins"], *figures["leaves"]):
+            # every instance ran the new epoch, after it was written
+            assert change["epoch"] > 0
+            assert change["all_running_s"] >= 0 and change["written_s"] >= 0
+
+
+def test_the_report_renders_every_section_from_quick_results(quick_run: Path) -> None:
+    report = (quick_run / "BENCHMARKS.md").read_text()
+    for heading in (
+        "### Failover",
+        "### Registry cost per fire",
+        "### Resharding at scale",
+        "### Fire lateness and footprint",
+        "### Registry call latency",
+    ):
+        assert heading in report
+    assert report.count("come from a `--quick` run") == len(BENCHMARK_NAMES)
+    charts = sorted(p.name for p in (quick_run / "docs" / "benchmarks").glob("*.png"))
+    assert charts == sorted(
+        ["failover.png", "lateness.png", "registry_cost.png", "registry_latency.png", "resharding.png"]
+    )
+    for link in ("docs/benchmarks/failover.png", "docs/benchmarks/resharding.png"):
+        assert f"({link})" in report
+    # quick figures never reach the summary table
+    summary = report.split("## Summary", 1)[1].split("## Details", 1)[0]
+    assert summary.count("\n|") == 2  # its header and separator rows only

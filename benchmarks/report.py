@@ -1,0 +1,124 @@
+"""BENCHMARKS.md from the benchmarks' JSON results: when, on what, the summary against the
+targets of DESIGN.md section 7, then one section (tables and charts) per benchmark.
+
+Each benchmark module provides ``render(document, charts) -> str`` (its section) and
+``summary(document) -> list[dict]`` (rows of the summary table: figure, target, result,
+met). This module only assembles them.
+
+Invariants: figures from a ``--quick`` run are never presented as real ones (their section
+says so and they stay out of the summary); a benchmark without results gets a line saying
+how to produce them, not a silent gap; charts are written next to the report's links.
+
+Usage: ``.venv/bin/python -m benchmarks.report [--results DIR] [--output FILE]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.charts import Charts
+from benchmarks.common import REPO_ROOT, RESULTS_DIR
+
+__all__ = ["BENCHMARK_NAMES", "write_report"]
+
+#: every benchmark, in report order (each is ``benchmarks.<name>``)
+BENCHMARK_NAMES = (
+    "election_failover",
+    "registry_cost",
+    "resharding_scale",
+    "scheduler_lateness",
+    "registry_latency",
+)
+
+
+def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
+    path = results_dir / f"{name}.json"
+    if not path.exists():
+        return None
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+def _header(documents: dict[str, dict[str, Any]]) -> list[str]:
+    newest = max(documents.values(), key=lambda d: d.get("created", ""))
+    machine = newest.get("machine", {})
+    versions = newest.get("versions", {})
+    commits = sorted({(d.get("git") or {}).get("commit", "?")[:10] for d in documents.values()})
+    lines = [
+        "# Benchmarks",
+        "",
+        "Measured side by side with the anchors in the same run, as DESIGN.md section 7 asks: these "
+        "machines are shared and noisy, so read ratios and medians, never a lone absolute time.",
+        "",
+        f"- **Date**: {', '.join(sorted({d.get('created', '?')[:10] for d in documents.values()}))}",
+        f"- **Machine**: {machine.get('cpus')} cores ({machine.get('cpu_model') or 'unknown model'}), "
+        f"{machine.get('memory_gib')} GiB, {machine.get('platform')}",
+        f"- **Python** {machine.get('python')}; "
+        + ", ".join(f"{name} {version or 'not installed'}" for name, version in versions.items()),
+        f"- **Code**: commit {', '.join(commits)}",
+        "- **Regenerate**: `.venv/bin/python -m benchmarks.run_all` (all, full mode, then this file); "
+        "`--only NAME[,NAME]` reruns some and rebuilds the report from every result in "
+        "`benchmarks/results/`.",
+        "",
+    ]
+    return lines
+
+
+def _summary(documents: dict[str, dict[str, Any]], modules: dict[str, Any]) -> list[str]:
+    lines = ["## Summary", "", "| figure | target | result | met |", "|---|---|---|---|"]
+    for name, document in documents.items():
+        if document.get("quick"):
+            continue
+        for row in modules[name].summary(document):
+            lines.append(f"| {row['figure']} | {row['target']} | {row['result']} | {row['met']} |")
+    return [*lines, ""]
+
+
+def write_report(
+    results_dir: Path = RESULTS_DIR,
+    output: Path = REPO_ROOT / "BENCHMARKS.md",
+    charts_dir: Path | None = None,
+) -> Path:
+    """Write the report from ``results_dir``'s JSON files; returns its path."""
+    charts = Charts(charts_dir or output.parent / "docs" / "benchmarks", output.parent)
+    documents: dict[str, dict[str, Any]] = {}
+    modules: dict[str, Any] = {}
+    for name in BENCHMARK_NAMES:
+        document = _load(results_dir, name)
+        if document is not None:
+            documents[name] = document
+            modules[name] = importlib.import_module(f"benchmarks.{name}")
+    lines = _header(documents) if documents else ["# Benchmarks", "", "No results yet.", ""]
+    lines += _summary(documents, modules)
+    lines += ["## Details", ""]
+    for name in BENCHMARK_NAMES:
+        document = documents.get(name)
+        if document is None:
+            lines += [f"### {name}", "", f"No results: run `.venv/bin/python -m benchmarks.{name}`.", ""]
+            continue
+        section = modules[name].render(document, charts)
+        if document.get("quick"):
+            section += (
+                "\n\n**These figures come from a `--quick` run (a smoke test): they are not measurements.**"
+            )
+        lines += [section, ""]
+    output.write_text("\n".join(lines).rstrip() + "\n")
+    return output
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "report")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="folder of the JSON results")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    path = write_report(args.results, args.output)
+    print(f"wrote {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()
