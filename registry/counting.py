@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 
@@ -123,13 +123,20 @@ class CountingRegistry:
         self._count("transaction", sent=sent)
         self._inner.transaction(ops)
 
-    def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
+    def watch(
+        self,
+        path: str,
+        callback: EventCallback,
+        *,
+        initial: bool = False,
+        exclude: Callable[[str], bool] | None = None,
+    ) -> Watch:
         def counted(event: Event) -> None:
             with self._lock:
                 self.events += 1
             callback(event)
 
-        return self._inner.watch(path, counted, initial=initial)
+        return self._inner.watch(path, counted, initial=initial, exclude=exclude)
 
     def flush_events(self, timeout: float = 5.0) -> bool:
         return self._inner.flush_events(timeout)

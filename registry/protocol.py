@@ -194,12 +194,25 @@ class RegistryCenter(Protocol):
         """
         ...
 
-    def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
+    def watch(
+        self,
+        path: str,
+        callback: EventCallback,
+        *,
+        initial: bool = False,
+        exclude: Callable[[str], bool] | None = None,
+    ) -> Watch:
         """Deliver every change at or below ``path``, in order per node, from now on.
 
         Established when this returns. With ``initial=True`` the callback first receives
         a ``CREATED`` event for every node already present (parents first). Callbacks run
         on the client's single event thread; one that raises is logged, the watch lives.
+
+        ``exclude`` (a predicate on paths below ``path``) leaves out every node for which
+        it holds, and everything below it: no event, and where the backend arms watches
+        per node (ZooKeeper) none is armed. It exists so that hot, churning subtrees
+        (running marks, written twice per fire by every instance) cost the instances that
+        cache a job's subtree nothing.
         """
         ...
 

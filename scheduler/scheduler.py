@@ -28,7 +28,7 @@ from scheduler.kinds import make_item_runner
 from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
 from sharding import InstanceIdentity, ShardingError
-from sharding.layout import JobPaths, validate_job_name
+from sharding.layout import JobPaths, is_running_marks, validate_job_name
 
 __all__ = ["Scheduler"]
 
@@ -196,7 +196,7 @@ class Scheduler:
                 if isinstance(self._registry_source, str)
                 else self._registry_source
             )
-            cache = TreeCache(reg, "/")
+            cache = TreeCache(reg, "/", exclude=is_running_marks)
             try:
                 cache.start()
             except BaseException:

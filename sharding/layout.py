@@ -13,7 +13,7 @@ from functools import cached_property
 
 from registry.paths import join
 
-__all__ = ["JobPaths", "validate_job_name"]
+__all__ = ["JobPaths", "is_running_marks", "validate_job_name"]
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.\-:\u0080-\U0010ffff]+$")
 
@@ -27,6 +27,15 @@ def validate_job_name(name: object) -> str:
             f"job name {name!r} may hold letters, digits, '_', '.', '-', ':' and non-ASCII characters only"
         )
     return name
+
+
+def is_running_marks(path: str) -> bool:
+    """``/{job}/running``, the node holding a job's running marks: caches of a job's
+    subtree exclude it (``TreeCache(..., exclude=is_running_marks)``). Every instance
+    writes its mark twice per fire, so with every instance following every mark the
+    watch traffic would grow with the square of the instance count; only the leader
+    needs them, and only while it reshards, so it reads them when it does."""
+    return path.count("/") == 2 and path.endswith("/running")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from registry.errors import NodeExistsError, RegistryError, TransactionError
-from registry.paths import is_below
+from registry.paths import is_below, parent
 from registry.protocol import Check, Create, Delete, Event, EventKind, Node, RegistryCenter, SessionState, Set
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
@@ -40,7 +40,7 @@ from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, d
 from sharding.errors import FencedOut, ShardingError, ShardingTimeout
 from sharding.failover import FailoverEntry, FailoverQueue, MissedFires, RunTrace, plan_entries
 from sharding.instance import InstanceIdentity
-from sharding.layout import JobPaths
+from sharding.layout import JobPaths, is_running_marks
 from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
 
 __all__ = ["CurrentAssignment", "RunMark", "ServerStatus", "ShardingService", "ShardingSettings"]
@@ -121,7 +121,7 @@ class ShardingService:
         self._settings = settings
         self._executor = executor
         self._own_cache = cache is None
-        self._cache = cache if cache is not None else TreeCache(reg, self.paths.root)
+        self._cache = cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks)
         if not is_below(self.paths.root, self._cache.root):
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
@@ -130,6 +130,9 @@ class ShardingService:
         self._registration = _Registration()
         #: a running-mark write ended with an unknown outcome (``mark_in_doubt``)
         self._mark_in_doubt = False
+        #: the leader should look for running marks of departed instances (one read):
+        #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
+        self._marks_unchecked = True
         #: the mark of the run in progress, between mark_running and clear_running
         self._held_mark: RunMark | None = None
         self._reshard_lock = threading.RLock()
@@ -452,7 +455,9 @@ class ShardingService:
         return True
 
     def running_instances(self) -> list[str]:
-        return self._cache.children(self.paths.running)
+        """Instances holding a running mark, read from the registry (one round trip):
+        caches leave running marks out (``layout.is_running_marks``)."""
+        return self._reg.children(self.paths.running)
 
     # -- operations -------------------------------------------------------------------
     def set_server_enabled(self, ip: str, enabled: bool) -> None:
@@ -469,7 +474,9 @@ class ShardingService:
     # -- leader work ----------------------------------------------------------------------
     def reconcile(self) -> None:
         """Flag a resharding if the assignment no longer matches the cluster (e.g. it
-        names an instance that is gone). Cheap: reads the cache only, unless it flags."""
+        names an instance that is gone). Cheap: the cache and one read of the running
+        marks, unless it flags."""
+        self._marks_unchecked = True
         self._evaluate()
 
     def _needs_resharding(self) -> str | None:
@@ -484,19 +491,31 @@ class ShardingService:
         settings = self._settings
         if assignment.total != settings.total:
             return f"total count {assignment.total} -> {settings.total}"
-        stale = sorted(set(self.running_instances()) - set(self.online_instances()))
-        if stale:
-            return f"running marks left by departed instances {stale}"
-        if settings.static and assignment.items:
+        if not (settings.static and assignment.items):
+            available = set(self.available_instances())
+            assigned = set(assignment.items)
+            if assigned != available:
+                joined, left = sorted(available - assigned), sorted(assigned - available)
+                return f"instances joined {joined} left {left}"
+            if assignment.strategy != settings.strategy:
+                return f"strategy {assignment.strategy} -> {settings.strategy}"
+        return self._stale_marks()
+
+    def _stale_marks(self) -> str | None:
+        """Running marks of departed instances — the one check that reads the registry
+        (caches leave running marks out), so it runs only when marks may have been left."""
+        if not self._marks_unchecked:
             return None
-        available = set(self.available_instances())
-        assigned = set(assignment.items)
-        if assigned != available:
-            joined, left = sorted(available - assigned), sorted(assigned - available)
-            return f"instances joined {joined} left {left}"
-        if assignment.strategy != settings.strategy:
-            return f"strategy {assignment.strategy} -> {settings.strategy}"
-        return None
+        self._marks_unchecked = False  # before the read: a departure during it sets it again
+        try:
+            stale = sorted(set(self.running_instances()) - set(self.online_instances()))
+        except RegistryError:
+            self._marks_unchecked = True
+            raise
+        if not stale:
+            return None
+        self._marks_unchecked = True  # until a resharding has removed them all
+        return f"running marks left by departed instances {stale}"
 
     def _evaluate(self) -> None:
         if not self.is_leader or self._stopping:
@@ -670,18 +689,29 @@ class ShardingService:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
             return False
 
-    def _runs_in_progress(self) -> list[str]:
-        """Instances still online with a running mark (a departed one's mark never clears)."""
-        return sorted(set(self.running_instances()) & set(self.online_instances()))
-
     def _wait_runs_finished(self) -> bool:
-        """Wait (by watch) until no instance holds a running mark; False if leadership ends."""
-        while True:
-            if not self.is_leader or self._stopping:
-                return False
-            if self._cache.wait_until(lambda: not self._runs_in_progress(), 1.0):
-                return True
-            log.info("job %s: resharding waits for running items on %s", self.job, self._runs_in_progress())
+        """Wait (by watch) until no instance holds a running mark; False if leadership ends.
+
+        The marks are followed only for the wait, by a cache of their own: the shared
+        cache leaves them out (``layout.is_running_marks``)."""
+        if not set(self.running_instances()) & set(self.online_instances()):
+            return True  # the usual case: one read, no watch to set up
+        marks = TreeCache(self._reg, self.paths.running).start(self._reg.session_timeout)
+        try:
+
+            def in_progress() -> list[str]:
+                # a departed instance's mark never clears; membership is re-read each second
+                running = marks.children(self.paths.running)
+                return sorted(set(running) & set(self.online_instances())) if running else []
+
+            while True:
+                if not self.is_leader or self._stopping:
+                    return False
+                if marks.wait_until(lambda: not in_progress(), 1.0):
+                    return True
+                log.info("job %s: resharding waits for running items on %s", self.job, in_progress())
+        finally:
+            marks.close()
 
     # -- reactions ------------------------------------------------------------------------
     def _schedule_evaluation(self) -> None:
@@ -735,8 +765,10 @@ class ShardingService:
         if event.path == self.paths.assignment:
             for listener in list(self._assignment_listeners):
                 listener()
+        if event.kind is EventKind.DELETED and parent(event.path) == self.paths.instances:
+            self._marks_unchecked = True  # it may have left a running mark behind
         if is_below(event.path, self.paths.running):
-            return  # runs starting and ending never change the assignment's basis
+            return  # a cache that follows runs: they never change the assignment's basis
         self._schedule_evaluation()
 
     def _on_session(self, state: SessionState) -> None:
@@ -745,6 +777,7 @@ class ShardingService:
             self._executor.submit(self._reregister)
 
     def _on_elected(self) -> None:
+        self._marks_unchecked = True
         self._schedule_evaluation()
 
     # -- registration ---------------------------------------------------------------------

@@ -34,7 +34,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, is_below, validate_path
+from registry.paths import Namespace, is_below, parent, validate_path
 from registry.protocol import (
     Check,
     Create,
@@ -150,9 +150,20 @@ class WatchRegistration:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
     backend_state: object = None
+    # the caller's ``exclude``, on stored paths strictly below the root
+    excluded: Callable[[str], bool] | None = None
 
     def covers(self, stored_path: str) -> bool:
-        return is_below(stored_path, self.root)
+        if not is_below(stored_path, self.root):
+            return False
+        if self.excluded is None:
+            return True
+        path = stored_path
+        while path != self.root:  # the node or one of its ancestors below the root
+            if self.excluded(path):
+                return False
+            path = parent(path)
+        return True
 
 
 class BaseRegistry(abc.ABC):
@@ -254,12 +265,26 @@ class BaseRegistry(abc.ABC):
             raise TransactionError.for_op(failed.index, op, cause) from None
 
     # -- watches ----------------------------------------------------------------------
-    def watch(self, path: str, callback: EventCallback, *, initial: bool = False) -> Watch:
+    def watch(
+        self,
+        path: str,
+        callback: EventCallback,
+        *,
+        initial: bool = False,
+        exclude: Callable[[str], bool] | None = None,
+    ) -> Watch:
         stored = self._stored(path)
         if not callable(callback):
             raise ValueError("watch callback must be callable")
+        if exclude is not None and not callable(exclude):
+            raise ValueError("watch exclude must be a predicate on paths (callable) or None")
         watch = Watch(path, self._cancel_watch)
-        registration = WatchRegistration(watch=watch, root=stored, callback=callback)
+        registration = WatchRegistration(
+            watch=watch,
+            root=stored,
+            callback=callback,
+            excluded=None if exclude is None else self._on_client_paths(exclude),
+        )
         with self._watches_lock:
             self._watches.append(registration)
         try:
@@ -269,6 +294,19 @@ class BaseRegistry(abc.ABC):
                 self._watches.remove(registration)
             raise
         return watch
+
+    def _on_client_paths(self, exclude: Callable[[str], bool]) -> Callable[[str], bool]:
+        to_client = self._ns.to_client
+
+        def excluded(stored: str) -> bool:
+            try:
+                return bool(exclude(to_client(stored)))
+            except Exception:
+                # a predicate that raises must not wedge the backend's watch thread
+                log.exception("watch exclude predicate raised on %s; the node is included", stored)
+                return False
+
+        return excluded
 
     def _cancel_watch(self, watch: Watch) -> None:
         with self._watches_lock:

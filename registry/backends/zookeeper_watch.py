@@ -17,7 +17,8 @@ Invariants kept here:
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
 - parents are reported before their children, deletions deepest first;
-- a cancelled (or failed-to-start) registration ignores every later notification.
+- a cancelled (or failed-to-start) registration ignores every later notification;
+- an excluded node (the watch's ``exclude``) is never read, so nothing below it is armed.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ class TreeWatcher:
             names = self._io.wait(self._io.client.get_children_async(path, watch=self.on_child), deadline)
         except KzNoNode:
             return  # deleted: its data watch reports it
-        current = {join(path, n) for n in visible_children(path, names)}
+        current = set(self._watched_children(path, names))
         known = self._kids.get(path, set())
         for gone in sorted(known - current):
             self._drop(gone)
@@ -245,6 +246,15 @@ class TreeWatcher:
         if path != self.root:
             self._kids.get(parent(path), set()).discard(path)
 
+    def _watched_children(self, path: str, names: list[str]) -> list[str]:
+        """The children to read and arm: excluded subtrees are never read, so they cost
+        no watch and no re-read when they change (the parent's child watch still fires
+        when one is created or deleted, once)."""
+        children = [join(path, n) for n in visible_children(path, names)]
+        if self.registration.excluded is None:
+            return children
+        return [c for c in children if not self.registration.excluded(c)]
+
     def _scan(
         self, starts: list[str], deadline: float
     ) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
@@ -275,7 +285,7 @@ class TreeWatcher:
                         names = self._io.wait(kids_result, deadline)
                     except (KzNoNode, NoAuthError):
                         names = []  # deleted since the data read: its data watch fires
-                    children = [join(path, n) for n in visible_children(path, names)]
+                    children = self._watched_children(path, names)
                     found.append((path, _node(data, stat), stat.czxid))
                     kids[path] = children
                     next_level.extend(children)

@@ -24,11 +24,15 @@ ChangeListener = Callable[[Event], None]
 
 
 class TreeCache:
-    """Mirror of ``path`` and everything below it."""
+    """Mirror of ``path`` and everything below it, but for the subtrees ``exclude`` names
+    (see ``RegistryCenter.watch``): reading one of those raises, as a path outside would."""
 
-    def __init__(self, reg: RegistryCenter, path: str) -> None:
+    def __init__(
+        self, reg: RegistryCenter, path: str, *, exclude: Callable[[str], bool] | None = None
+    ) -> None:
         self._reg = reg
         self._root = validate_path(path)
+        self._exclude = exclude
         self._nodes: dict[str, Node] = {}
         self._kids: dict[str, set[str]] = {}
         self._changed = threading.Condition()
@@ -46,7 +50,7 @@ class TreeCache:
         """Load the subtree and follow it; returns once the initial state is loaded."""
         if self._watch is not None:
             return self
-        self._watch = self._reg.watch(self._root, self._apply, initial=True)
+        self._watch = self._reg.watch(self._root, self._apply, initial=True, exclude=self._exclude)
         if not self._reg.flush_events(timeout):
             self.close()
             raise RegistryError(f"cache of {self._root}: initial load not delivered within {timeout:g}s")
@@ -108,6 +112,16 @@ class TreeCache:
         validate_path(path)
         if not is_below(path, self._root):
             raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
+        if self._exclude is not None and self._excluded(path):
+            raise ValueError(f"{path!r} is in a subtree the cache of {self._root!r} excludes")
+
+    def _excluded(self, path: str) -> bool:
+        assert self._exclude is not None
+        while path != self._root:
+            if self._exclude(path):
+                return True
+            path = parent(path)
+        return False
 
     def _apply(self, event: Event) -> None:
         with self._changed:

@@ -309,3 +309,79 @@ def test_changes_missed_during_session_expiry_are_delivered(harness: Harness) ->
     # each change exactly once
     assert len(log.of("/w/created")) == 1
     assert len([e for e in log.of("/w/deleted") if e.kind is DELETED]) == 1
+
+
+def _under_hot(path: str) -> bool:
+    return path.endswith("/hot")
+
+
+def test_exclude_leaves_out_the_subtree_initially_and_after(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    writer.put("/w/hot/old", b"1")
+    writer.put("/w/kept", b"1")
+    log = EventLog()
+    reg.watch("/w", log, initial=True, exclude=_under_hot)
+    log.wait(CREATED, "/w/kept", b"1")
+    writer.put("/w/hot/new", b"2")
+    writer.put("/w/hot/old", b"3")
+    writer.put("/w/hot/deep/er", b"4")
+    writer.delete("/w/hot/old")
+    writer.put("/w/a/hot", b"5")  # another node of that name: excluded too, it is a predicate on paths
+    writer.put("/w/hotter", b"6")  # only a prefix of the name: included
+    wait_marker(reg, log, writer, "/w/marker")
+    assert not [p for p in log.paths() if "/hot/" in p or p.endswith("/hot")], log.events
+    assert log.has(CREATED, "/w/hotter", b"6")
+
+
+def test_exclude_holds_for_a_subtree_created_after_the_watch(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log, exclude=_under_hot)
+    writer.put("/w/x/hot/a", b"1")
+    writer.put("/w/x/hot/a", b"2")
+    writer.delete("/w/x/hot")
+    writer.put("/w/x/hot/b", b"3")
+    wait_marker(reg, log, writer, "/w/marker")
+    assert sorted({e.path for e in log.events} - {"/w/marker"}) == ["/w", "/w/x"], log.events
+
+
+def test_exclude_holds_across_a_session_expiry(harness: Harness) -> None:
+    reg = harness.connect(session_timeout=session_timeout(harness))
+    log = EventLog()
+    reg.watch("/w", log, initial=True, exclude=_under_hot)
+    reg.put("/w/before", b"1")
+    log.wait(CREATED, "/w/before", b"1")
+    harness.expire_session(reg)
+    writer = peer(harness, reg)
+    writer.put("/w/hot/missed", b"2")
+    writer.put("/w/missed", b"2")
+    log.wait(CREATED, "/w/missed", b"2", timeout=RECOVERY)
+    writer.put("/w/hot/later", b"3")
+    wait_marker(reg, log, writer, "/w/marker")
+    assert not [p for p in log.paths() if "/hot" in p], log.events
+
+
+def test_exclude_must_be_a_predicate(reg: BaseRegistry) -> None:
+    with pytest.raises(ValueError, match="exclude"):
+        reg.watch("/w", EventLog(), exclude="/w/hot")  # type: ignore[arg-type]
+
+
+def test_a_raising_exclude_includes_the_node_and_keeps_the_watch(
+    harness: Harness, reg: BaseRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = peer(harness, reg)
+
+    def broken(path: str) -> bool:
+        if path.endswith("/boom"):
+            raise RuntimeError("predicate bug")
+        return _under_hot(path)
+
+    log = EventLog()
+    with caplog.at_level(logging.ERROR, logger="registry"):
+        reg.watch("/w", log, exclude=broken)
+        writer.put("/w/boom", b"1")
+        writer.put("/w/hot", b"2")
+        log.wait(CREATED, "/w/boom", b"1")
+        wait_marker(reg, log, writer, "/w/marker")
+    assert not log.has(CREATED, "/w/hot")
+    assert any("exclude predicate raised" in r.getMessage() for r in caplog.records)
