@@ -248,6 +248,31 @@ def _change(fleet: _Fleet, epochs: _Epochs, expected: set[str], t0: float) -> di
     }
 
 
+def _diagnosis(observer: registry.RegistryCenter, workdir: Path) -> str:
+    """What the registry and the children's logs say, for a run that did not finish."""
+    lines = []
+    try:
+        raw = observer.get(PATHS.assignment)
+        flag = observer.get(PATHS.necessary)
+        leader = observer.get(PATHS.leader)
+        online = observer.children(PATHS.instances)
+        running = observer.children(PATHS.running)
+        if raw is not None:
+            assignment = Assignment.decode(PATHS.assignment, raw)
+            lines.append(
+                f"assignment: epoch {assignment.epoch}, {assignment.state.value}, "
+                f"{len(assignment.instances)} instances"
+            )
+        lines.append(f"flag: {flag!r}; leader: {leader!r}; online: {len(online)}; running marks: {running}")
+    except Exception as exc:  # a diagnosis must not hide the failure it explains
+        lines.append(f"registry unreadable: {exc!r}")
+    for log_file in sorted(workdir.glob("child-*.log")):
+        tail = log_file.read_text(errors="replace").splitlines()[-8:]
+        lines.append(f"--- {log_file.name}")
+        lines.extend(tail)
+    return "\n".join(lines)
+
+
 def _bench(url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     fleet = _Fleet(url, args.items, workdir)
     observer = registry.connect(url)
@@ -287,6 +312,8 @@ def _bench(url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "joins": joins,
             "leaves": leaves,
         }
+    except BenchmarkError as exc:
+        raise BenchmarkError(f"{url}: {exc}\n{_diagnosis(observer, workdir)}") from None
     finally:
         fleet.close()
         epochs.close()
@@ -299,11 +326,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--items", type=int, default=None, help="items (default 10000, quick 100)")
     parser.add_argument("--processes", type=int, default=None, help="child processes (default 4, quick 2)")
     parser.add_argument("--repeats", type=int, default=None, help="joins and leaves (default 3, quick 1)")
+    parser.add_argument(
+        "--backends", default="zookeeper,etcd", help="comma-separated, of zookeeper and etcd (default both)"
+    )
     args = parser.parse_args(argv)
     args.instances = args.instances or (10 if args.quick else 100)
     args.items = args.items or (100 if args.quick else 10_000)
     args.processes = args.processes or (2 if args.quick else 4)
     args.repeats = args.repeats or (1 if args.quick else 3)
+    args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(args.backends) - {"zookeeper", "etcd"})
+    if unknown or not args.backends:
+        parser.error(f"--backends: expected zookeeper and/or etcd, got {unknown or 'nothing'}")
     return args
 
 
@@ -312,13 +346,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(_members(argv[1], int(argv[2]), int(argv[3]), int(argv[4])))
     args = parse_args(list(argv or []))
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="shardjob-bench-reshard-") as tmp, servers(args) as live:
+    with tempfile.TemporaryDirectory(prefix="shardjob-bench-reshard-") as tmp, servers(
+        args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends
+    ) as live:
         for backend, address, scheme in (("zookeeper", live.zookeeper, "zk"), ("etcd", live.etcd, "etcd")):
             if address:
                 url = f"{scheme}://{address}/bench-reshard-{time.time_ns()}"
-                results[backend] = _bench(url, args, Path(tmp))
+                try:
+                    results[backend] = {"completed": True, **_bench(url, args, Path(tmp))}
+                except BenchmarkError as exc:
+                    # a scale one backend cannot reach is a figure too, with what it showed
+                    print(f"{backend}: did not converge: {exc}", file=sys.stderr)
+                    error, _, diagnosis = str(exc).partition("\n")
+                    results[backend] = {
+                        "completed": False,
+                        "instances": args.instances,
+                        "items": args.items,
+                        "processes": args.processes,
+                        "error": error.split(": ", 1)[-1],
+                        "diagnosis": diagnosis[:4000],
+                    }
     rows = []
     for backend, figures in results.items():
+        if not figures["completed"]:
+            rows.append([backend, "-", "-", "-", "-", f"did not converge: {figures['error']}"])
+            continue
         for what in ("joins", "leaves"):
             runs = figures[what]
             rows.append(
@@ -358,7 +410,12 @@ def render(document: dict[str, Any], charts: Charts) -> str:
     """This benchmark's section of BENCHMARKS.md."""
     rows = []
     groups: dict[str, dict[str, float]] = {}
+    failed: dict[str, dict[str, Any]] = {}
     for backend, figures in document["results"].items():
+        if not figures.get("completed", True):
+            failed[backend] = figures
+            rows.append(f"| {backend} | join | 0 | did not converge: {figures['error']} | | | |")
+            continue
         for what in ("joins", "leaves"):
             runs = figures[what]
             written = statistics.median(r["written_s"] for r in runs)
@@ -393,22 +450,43 @@ def render(document: dict[str, Any], charts: Charts) -> str:
                 if document["instances"] >= TARGET_INSTANCES
                 else [
                     "",
-                    f"**This run used {document['instances']} instances, not the {TARGET_INSTANCES} DESIGN.md asks for.** "
-                    f"At {TARGET_INSTANCES} instances (in 4 and in 10 processes) on this 2-core machine the instances "
-                    "could not all start: ZooKeeper reads timed out (`did not answer (watch /)`) and leaders found no "
-                    "ready assignment within 30 s. Every instance caches the whole job subtree, so each running mark "
-                    "created or removed is pushed to every instance (and, on ZooKeeper, re-armed by a read): watch "
-                    "traffic per fire period grows with the square of the instances. The ZooKeeper rows above show "
-                    "the same cause at 40 instances.",
+                    f"**This run used {document['instances']} instances, not the {TARGET_INSTANCES} DESIGN.md asks for.**",
                 ]
             ),
+            *_failures(failed),
         ]
     )
+
+
+def _failures(failed: dict[str, dict[str, Any]]) -> list[str]:
+    """What a backend that did not converge showed when the parent gave up."""
+    lines: list[str] = []
+    for backend, figures in failed.items():
+        lines += [
+            "",
+            f"**{backend} did not converge** at {figures['instances']} instances: {figures['error']}. "
+            "What the registry and the children's logs showed when the parent gave up:",
+            "",
+            "```",
+            *[line[:240] for line in figures["diagnosis"].splitlines()[:12]],
+            "```",
+        ]
+    return lines
 
 
 def summary(document: dict[str, Any]) -> list[dict[str, str]]:
     rows = []
     for backend, figures in document["results"].items():
+        if not figures.get("completed", True):
+            rows.append(
+                {
+                    "figure": f"resharding, {figures['instances']} instances x {figures['items']:,} items, {backend}",
+                    "target": "every instance on the new assignment within 2 fire periods (2 s)",
+                    "result": f"did not converge: {figures['error']}",
+                    "met": "no",
+                }
+            )
+            continue
         join = statistics.median(r["all_running_s"] for r in figures["joins"])
         leave = statistics.median(r["all_running_s"] for r in figures["leaves"])
         rows.append(

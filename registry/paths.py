@@ -57,10 +57,12 @@ def basename(path: str) -> str:
     return path.rpartition("/")[2]
 
 
-def ancestors(path: str) -> list[str]:
-    """Proper ancestors of ``path``, root excluded, outermost first: /a/b/c -> [/a, /a/b]."""
+@functools.lru_cache(maxsize=65_536)
+def ancestors(path: str) -> tuple[str, ...]:
+    """Proper ancestors of ``path``, root excluded, outermost first: /a/b/c -> (/a, /a/b).
+    Cached: every transaction that creates a node (a running mark per fire) asks."""
     parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+    return tuple("/" + "/".join(parts[:i]) for i in range(1, len(parts)))
 
 
 def is_below(path: str, root: str) -> bool:

@@ -31,6 +31,10 @@ from sharding.assignment import Assignment, CorruptNodeError, decode_items, enco
 
 __all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "plan_entries"]
 
+#: one encoder for the mark written on every fire (``json.dumps`` with separators builds
+#: a new encoder per call)
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
 #: a bound on the queue so that it stays a small node (about 40 bytes per entry)
 MAX_ENTRIES = 5_000
 
@@ -89,14 +93,13 @@ class RunTrace:
     failover: bool = False
 
     def encode(self) -> bytes:
-        return json.dumps(
+        return _COMPACT.encode(
             {
                 "state": self.state,
                 "items": encode_items(self.items),
                 "fire_time": self.fire_time,
                 "failover": self.failover,
-            },
-            separators=(",", ":"),
+            }
         ).encode()
 
     @classmethod

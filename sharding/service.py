@@ -49,6 +49,8 @@ log = logging.getLogger("sharding")
 
 ENABLED = b"ENABLED"
 #: departed instances handled per resharding transaction (the rest in the next round)
+#: how long a leader waits for its cache to show its own last resharding before it judges
+_CACHE_CATCH_UP = 2.0
 _MAX_DEPARTED_PER_RESHARD = 100
 DISABLED = b"DISABLED"
 
@@ -133,6 +135,8 @@ class ShardingService:
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
         self._marks_unchecked = True
+        #: why the last resharding transaction failed, for the warning when they keep failing
+        self._last_race: str | None = None
         #: the mark of the run in progress, between mark_running and clear_running
         self._held_mark: RunMark | None = None
         self._reshard_lock = threading.RLock()
@@ -544,7 +548,9 @@ class ShardingService:
                 outcome = self._reshard_once()
                 if outcome is not None:
                     return outcome
-            log.warning("job %s: resharding kept racing with changes; will retry", self.job)
+            log.warning(
+                "job %s: resharding kept racing with changes (last: %s); will retry", self.job, self._last_race
+            )
             self._schedule_evaluation()  # try again rather than wait for the next change
             return False
 
@@ -562,6 +568,12 @@ class ShardingService:
             except CorruptNodeError as exc:
                 self._report_corrupt(self.paths.assignment, node.version, exc.problem)
         if flag is None and previous is not None and previous.state is AssignmentState.READY:
+            assert node is not None
+            if not self._cache_caught_up(node):
+                # the judgement below reads the cache: on a stale one it would see a reason
+                # that our own last write removed, and spin on it (seen under heavy load)
+                log.info("job %s: the cache lags the assignment; resharding waits for it", self.job)
+                return False
             if self._needs_resharding() is None:
                 return True
             self._evaluate()
@@ -614,6 +626,19 @@ class ShardingService:
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
         return True
+
+    def _cache_caught_up(self, node: Node) -> bool:
+        """Wait (bounded) until the cache holds the assignment as read directly and no
+        resharding flag the registry no longer has; False if it does not catch up soon —
+        then the events still on their way schedule the next evaluation."""
+
+        def caught_up() -> bool:
+            cached = self._cache.get_node(self.paths.assignment)
+            return cached is not None and cached.version == node.version and not self._cache.exists(
+                self.paths.necessary
+            )
+
+        return self._cache.wait_until(caught_up, _CACHE_CATCH_UP)
 
     def _departed_ops(
         self, settings: ShardingSettings, previous: Assignment | None
@@ -687,6 +712,7 @@ class ShardingService:
                 log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
             else:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
+            self._last_race = str(exc)
             return False
 
     def _wait_runs_finished(self) -> bool:

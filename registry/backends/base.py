@@ -139,6 +139,10 @@ class Dispatcher:
             thread.join(timeout)
 
 
+#: paths whose ``covers`` answer a watch with ``exclude`` remembers
+_COVERED_MEMO = 65_536
+
+
 @dataclass(eq=False)
 class WatchRegistration:
     """A watch's backend-side state: its root (stored path) and the versions it reported."""
@@ -152,18 +156,28 @@ class WatchRegistration:
     backend_state: object = None
     # the caller's ``exclude``, on stored paths strictly below the root
     excluded: Callable[[str], bool] | None = None
+    # covers() by path: the same few paths (running marks) change on every fire
+    _covered: dict[str, bool] = field(default_factory=dict)
 
     def covers(self, stored_path: str) -> bool:
-        if not is_below(stored_path, self.root):
-            return False
         if self.excluded is None:
-            return True
+            return is_below(stored_path, self.root)
+        known = self._covered.get(stored_path)
+        if known is None:
+            known = is_below(stored_path, self.root) and not self._excluded_below_root(stored_path)
+            if len(self._covered) >= _COVERED_MEMO:
+                self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
+            self._covered[stored_path] = known
+        return known
+
+    def _excluded_below_root(self, stored_path: str) -> bool:
+        assert self.excluded is not None
         path = stored_path
         while path != self.root:  # the node or one of its ancestors below the root
             if self.excluded(path):
-                return False
+                return True
             path = parent(path)
-        return True
+        return False
 
 
 class BaseRegistry(abc.ABC):

@@ -22,6 +22,9 @@ __all__ = ["TreeCache"]
 
 ChangeListener = Callable[[Event], None]
 
+#: paths ``_check`` remembers as valid (bounded: arbitrary reads cannot pile up)
+_CHECKED_MEMO = 65_536
+
 
 class TreeCache:
     """Mirror of ``path`` and everything below it, but for the subtrees ``exclude`` names
@@ -33,6 +36,7 @@ class TreeCache:
         self._reg = reg
         self._root = validate_path(path)
         self._exclude = exclude
+        self._checked: set[str] = set()
         self._nodes: dict[str, Node] = {}
         self._kids: dict[str, set[str]] = {}
         self._changed = threading.Condition()
@@ -84,9 +88,11 @@ class TreeCache:
         return None if node is None else node.value
 
     def get_node(self, path: str) -> Node | None:
-        self._check(path)
         # one dict read is atomic: no lock on the path every fire takes
-        return self._nodes.get(path)
+        node = self._nodes.get(path)
+        if node is None:  # a cached node passed the checks when its event was applied
+            self._check(path)
+        return node
 
     def exists(self, path: str) -> bool:
         return self.get_node(path) is not None
@@ -109,11 +115,16 @@ class TreeCache:
 
     # -- maintenance -----------------------------------------------------------------------
     def _check(self, path: str) -> None:
+        if path in self._checked:
+            return
         validate_path(path)
         if not is_below(path, self._root):
             raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
         if self._exclude is not None and self._excluded(path):
             raise ValueError(f"{path!r} is in a subtree the cache of {self._root!r} excludes")
+        if len(self._checked) >= _CHECKED_MEMO:
+            self._checked.clear()
+        self._checked.add(path)  # absent nodes read on every fire (flags) are checked once
 
     def _excluded(self, path: str) -> bool:
         assert self._exclude is not None

@@ -128,6 +128,7 @@ def test_resharding_scale_quick(quick_run: Path) -> None:
     document = _load(quick_run, "resharding_scale")
     assert set(document["results"]) == {"zookeeper", "etcd"}
     for figures in document["results"].values():
+        assert figures["completed"], figures
         for change in (*figures["joins"], *figures["leaves"]):
             # every instance ran the new epoch, after it was written
             assert change["epoch"] > 0

@@ -57,8 +57,8 @@ def test_helpers() -> None:
     assert parent("/a/b") == "/a"
     assert parent("/a") == "/"
     assert basename("/a/b") == "b"
-    assert ancestors("/a/b/c") == ["/a", "/a/b"]
-    assert ancestors("/a") == []
+    assert ancestors("/a/b/c") == ("/a", "/a/b")
+    assert ancestors("/a") == ()
     assert is_below("/a/b", "/a")
     assert is_below("/a", "/a")
     assert is_below("/anything", "/")
@@ -96,7 +96,7 @@ def test_any_well_formed_path_is_valid(segments: list[str]) -> None:
     assert parent(path) == (_path(segments[:-1]) or "/")
     assert basename(path) == segments[-1]
     assert join(parent(path), basename(path)) == path
-    assert ancestors(path) == [_path(segments[:i]) for i in range(1, len(segments))]
+    assert ancestors(path) == tuple(_path(segments[:i]) for i in range(1, len(segments)))
 
 
 @given(_SEGMENTS, st.data())
