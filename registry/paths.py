@@ -7,8 +7,9 @@ segment; the namespace is a prefix applied and removed here, so callers never se
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
-__all__ = ["Namespace", "ancestors", "basename", "join", "parent", "validate_path"]
+__all__ = ["Namespace", "ancestors", "basename", "excluded_below", "is_below", "join", "parent", "validate_path"]
 
 _FORBIDDEN_SEGMENTS = {".", ".."}
 
@@ -68,6 +69,16 @@ def ancestors(path: str) -> tuple[str, ...]:
 def is_below(path: str, root: str) -> bool:
     """True when ``path`` is ``root`` or lies under it."""
     return root == "/" or path == root or path.startswith(root + "/")
+
+
+def excluded_below(path: str, root: str, exclude: Callable[[str], bool]) -> bool:
+    """True when ``exclude`` holds for ``path`` or one of its ancestors strictly below
+    ``root`` (a watch's and a cache's ``exclude`` leave out whole subtrees)."""
+    while path != root and path != "/":
+        if exclude(path):
+            return True
+        path = parent(path)
+    return False
 
 
 class Namespace:

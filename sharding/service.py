@@ -48,9 +48,9 @@ __all__ = ["CurrentAssignment", "RunMark", "ServerStatus", "ShardingService", "S
 log = logging.getLogger("sharding")
 
 ENABLED = b"ENABLED"
-#: departed instances handled per resharding transaction (the rest in the next round)
 #: how long a leader waits for its cache to show its own last resharding before it judges
 _CACHE_CATCH_UP = 2.0
+#: departed instances handled per resharding transaction (the rest in the next round)
 _MAX_DEPARTED_PER_RESHARD = 100
 DISABLED = b"DISABLED"
 

@@ -34,7 +34,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, is_below, parent, validate_path
+from registry.paths import Namespace, excluded_below, is_below, validate_path
 from registry.protocol import (
     Check,
     Create,
@@ -164,20 +164,12 @@ class WatchRegistration:
             return is_below(stored_path, self.root)
         known = self._covered.get(stored_path)
         if known is None:
-            known = is_below(stored_path, self.root) and not self._excluded_below_root(stored_path)
+            known = is_below(stored_path, self.root) and not excluded_below(stored_path, self.root, self.excluded)
             if len(self._covered) >= _COVERED_MEMO:
                 self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
             self._covered[stored_path] = known
         return known
 
-    def _excluded_below_root(self, stored_path: str) -> bool:
-        assert self.excluded is not None
-        path = stored_path
-        while path != self.root:  # the node or one of its ancestors below the root
-            if self.excluded(path):
-                return True
-            path = parent(path)
-        return False
 
 
 class BaseRegistry(abc.ABC):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from registry.errors import RegistryError
-from registry.paths import basename, is_below, parent, validate_path
+from registry.paths import basename, excluded_below, is_below, parent, validate_path
 from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
 
 __all__ = ["TreeCache"]
@@ -120,19 +120,11 @@ class TreeCache:
         validate_path(path)
         if not is_below(path, self._root):
             raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
-        if self._exclude is not None and self._excluded(path):
+        if self._exclude is not None and excluded_below(path, self._root, self._exclude):
             raise ValueError(f"{path!r} is in a subtree the cache of {self._root!r} excludes")
         if len(self._checked) >= _CHECKED_MEMO:
             self._checked.clear()
         self._checked.add(path)  # absent nodes read on every fire (flags) are checked once
-
-    def _excluded(self, path: str) -> bool:
-        assert self._exclude is not None
-        while path != self._root:
-            if self._exclude(path):
-                return True
-            path = parent(path)
-        return False
 
     def _apply(self, event: Event) -> None:
         with self._changed:

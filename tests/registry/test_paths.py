@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry.paths import Namespace, ancestors, basename, is_below, join, parent, validate_path
+from registry.paths import (
+    Namespace,
+    ancestors,
+    basename,
+    excluded_below,
+    is_below,
+    join,
+    parent,
+    validate_path,
+)
 
 _SEGMENT = st.text(st.characters(codec="utf-8", blacklist_characters="/\x00"), min_size=1, max_size=8).filter(
     lambda s: s not in {".", ".."}
@@ -124,3 +133,14 @@ def test_namespace_round_trips(prefix: list[str], segments: list[str]) -> None:
     assert stored.startswith(_path(prefix))
     assert validate_path(stored) == stored
     assert ns.to_client(stored) == path
+
+
+def test_excluded_below_looks_at_the_path_and_its_ancestors_under_the_root_only() -> None:
+    def hot(p: str) -> bool:
+        return p.endswith("/hot")
+
+    assert excluded_below("/r/hot/a/b", "/r", hot)
+    assert excluded_below("/r/hot", "/r", hot)
+    assert not excluded_below("/r/hotter/a", "/r", hot)
+    assert not excluded_below("/hot/a", "/hot", hot)  # the root itself is never excluded
+    assert excluded_below("/x/hot/a", "/", hot)
