@@ -9,7 +9,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-__all__ = ["Namespace", "ancestors", "basename", "excluded_below", "is_below", "join", "parent", "validate_path"]
+__all__ = [
+    "Namespace",
+    "ancestors",
+    "basename",
+    "excluded_below",
+    "excluded_subtree",
+    "is_below",
+    "join",
+    "parent",
+    "validate_path",
+]
 
 _FORBIDDEN_SEGMENTS = {".", ".."}
 
@@ -79,6 +89,18 @@ def excluded_below(path: str, root: str, exclude: Callable[[str], bool]) -> bool
             return True
         path = parent(path)
     return False
+
+
+def excluded_subtree(path: str, root: str, exclude: Callable[[str], bool]) -> str | None:
+    """The top of the excluded subtree ``path`` lies in (the shallowest of ``path`` and
+    its ancestors strictly below ``root`` that ``exclude`` holds for), or None: what a
+    backend can leave out of a watch as a whole (etcd's key ranges)."""
+    top = None
+    while path != root and path != "/":
+        if exclude(path):
+            top = path
+        path = parent(path)
+    return top
 
 
 class Namespace:

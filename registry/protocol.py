@@ -36,9 +36,10 @@ __all__ = [
 class Node:
     """A node's value and its version.
 
-    ``version`` is opaque: it changes on every write of the node and is what
-    ``Set``/``Delete``/``Check`` compare against. ``ephemeral`` tells whether the node
-    lives only as long as the session that created it.
+    ``version`` grows with every write of the node while it exists (a node deleted and
+    created again may start over) and is what ``Set``/``Delete``/``Check`` compare
+    against; "the cache has caught up with my write" is a version comparison.
+    ``ephemeral`` tells whether the node lives only as long as the session that created it.
     """
 
     value: bytes

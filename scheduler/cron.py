@@ -512,6 +512,10 @@ class CronSchedule:
     _zone: tzinfo = field(repr=False, compare=False)
     #: seconds east of UTC for a zone without transitions, else None
     _fixed_offset: int | None = field(repr=False, compare=False)
+    #: the last answer, ``[(whole second, next fire)]``: parsed schedules are shared (an
+    #: lru cache), and jobs with one expression fire together — at 1,000 every-second jobs
+    #: the 999 after the first each ask for the same second (one tuple swap: thread-safe)
+    _last: list[tuple[int, float | None]] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def parse(cls, expression: str, time_zone: str | None = None) -> CronSchedule:
@@ -544,10 +548,16 @@ class CronSchedule:
         if after >= _LAST_INSTANT:
             return None
         base = math.floor(after)
+        last = self._last[0] if self._last else None
+        if last is not None and last[0] == base:
+            return last[1]
         if self._fixed_offset is not None:
             found = self._plan.next_wall(base + self._fixed_offset + 1)
-            return None if found is None else float(found[0] - self._fixed_offset)
-        return self._next_zoned(after, base)
+            answer = None if found is None else float(found[0] - self._fixed_offset)
+        else:
+            answer = self._next_zoned(after, base)
+        self._last[:] = [(base, answer)]
+        return answer
 
     def _offset(self, instant: int) -> int:
         offset = datetime.fromtimestamp(instant, self._zone).utcoffset()

@@ -123,7 +123,9 @@ class ShardingService:
         self._settings = settings
         self._executor = executor
         self._own_cache = cache is None
-        self._cache = cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks)
+        self._cache = (
+            cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks)
+        )
         if not is_below(self.paths.root, self._cache.root):
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
@@ -521,13 +523,14 @@ class ShardingService:
         self._marks_unchecked = True  # until a resharding has removed them all
         return f"running marks left by departed instances {stale}"
 
-    def _evaluate(self) -> None:
+    def _evaluate(self) -> bool:
+        """Flag a resharding if one is needed; True if this call flagged it."""
         if not self.is_leader or self._stopping:
-            return
+            return False
         with self._reshard_lock:  # not while resharding: the cache lags our own writes
-            self._flag_if_needed()
+            return self._flag_if_needed()
 
-    def _flag_if_needed(self) -> None:
+    def _flag_if_needed(self) -> bool:
         reason = self._needs_resharding()
         if reason is not None and not self._cache.exists(self.paths.necessary):
             log.info("job %s: resharding needed: %s", self.job, reason)
@@ -536,7 +539,9 @@ class ShardingService:
             except RegistryError:
                 if not self._stopping:
                     log.warning("job %s: could not flag resharding", self.job, exc_info=True)
-                return
+                return False
+            return True
+        return False
 
     def reshard(self) -> bool:
         """Leader: bring the assignment up to date (module docstring). True when the
@@ -549,7 +554,9 @@ class ShardingService:
                 if outcome is not None:
                     return outcome
             log.warning(
-                "job %s: resharding kept racing with changes (last: %s); will retry", self.job, self._last_race
+                "job %s: resharding kept racing with changes (last: %s); will retry",
+                self.job,
+                self._last_race,
             )
             self._schedule_evaluation()  # try again rather than wait for the next change
             return False
@@ -616,9 +623,17 @@ class ShardingService:
             return None if self.is_leader else False
         with self._state_lock:
             self._max_epoch = max(self._max_epoch, new.epoch)
-        written = new.encode()
-        # our own read path is the cache: let it catch up, or the next check sees the fence
-        self._cache.wait_until(lambda: self._cache.get(self.paths.assignment) == written, self.wait_timeout)
+        # our own read path is the cache: let it catch up, or the next check sees the fence.
+        # "Caught up" is any version past the fence (our write or a later one): waiting for
+        # our exact value would miss it when the cache applies a later write first.
+        fenced = node.version
+        self._cache.wait_until(
+            lambda: (
+                (cached := self._cache.get_node(self.paths.assignment)) is not None
+                and cached.version > fenced
+            ),
+            self.wait_timeout,
+        )
         log.info(
             "job %s: epoch %d assignment %s",
             self.job,
@@ -628,14 +643,16 @@ class ShardingService:
         return True
 
     def _cache_caught_up(self, node: Node) -> bool:
-        """Wait (bounded) until the cache holds the assignment as read directly and no
+        """Wait (bounded) until the cache holds the assignment as read directly (or later) and no
         resharding flag the registry no longer has; False if it does not catch up soon —
         then the events still on their way schedule the next evaluation."""
 
         def caught_up() -> bool:
             cached = self._cache.get_node(self.paths.assignment)
-            return cached is not None and cached.version == node.version and not self._cache.exists(
-                self.paths.necessary
+            return (
+                cached is not None
+                and cached.version >= node.version
+                and not self._cache.exists(self.paths.necessary)
             )
 
         return self._cache.wait_until(caught_up, _CACHE_CATCH_UP)
@@ -757,8 +774,10 @@ class ShardingService:
         try:
             self._follow_own_server()
             if self.is_leader:
-                self._evaluate()
-                if self._cache.exists(self.paths.necessary):
+                # a flag we just wrote: reshard now, not once its event has come back
+                # through the cache (under load that round trip took most of a second)
+                flagged = self._evaluate()
+                if flagged or self._cache.exists(self.paths.necessary):
                     self.reshard()
         except ShardingError as exc:
             log.error("%s", exc)

@@ -16,8 +16,18 @@ A ``sentinel`` watch on a key no node can have keeps a stream open at all times,
 dropped connection is noticed at once (``on_trouble`` wakes the lease keeper) even when
 the client watches nothing.
 
+A watch with ``exclude`` is one etcd watcher per key range: its subtree minus the excluded
+subtrees found so far (*holes*, from its snapshot and from the first event in each). The
+server then never sends what the watch leaves out — at 100 instances of a job, every
+instance's cache would otherwise receive every instance's running marks, two writes per
+fire each, and spend its CPU on events it drops. A hole is punched by replacing the
+watcher of the range it falls in with watchers of the pieces around it, each resuming
+after the last revision delivered, so nothing is lost or repeated.
+
 Invariant: every subscribe, cancel and notification happens on the supervisor thread, so
-events of one watch are delivered in revision order and never after its cancellation.
+events of one node are delivered in revision order and never after the watch's
+cancellation (events of different key ranges of one watch may interleave out of revision
+order right after a hole is punched, while the new watchers catch up).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from registry.backends.etcd_errors import translate
 from registry.backends.etcd_stream import WatchStream
 from registry.backends.etcd_txn import enc, kv_node, range_op, subtree_prefix
 from registry.errors import RegistryConnectionError, RegistryError
+from registry.paths import excluded_subtree
 from registry.protocol import EventKind, Node
 
 __all__ = ["WatchSupervisor"]
@@ -53,6 +64,9 @@ Resync = Callable[[WatchRegistration, Mapping[str, Node], bool], None]  # (regis
 
 _RETRY_MIN = 0.05
 _RETRY_MAX = 1.0
+#: holes per watch: past this, further excluded subtrees are dropped on arrival instead
+#: (each hole adds a watcher; a few hundred jobs' marks stay well within etcd's means)
+_MAX_HOLES = 256
 
 
 class _Compacted(Exception):
@@ -60,10 +74,20 @@ class _Compacted(Exception):
 
 
 @dataclass(eq=False)
+class _Group:
+    """One watch's key ranges (``subs``) and the excluded subtrees cut out of them."""
+
+    subs: list[_Sub]
+    holes: set[str]
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
 class _Sub:
     registration: WatchRegistration | None  # None: the sentinel
     key: bytes
     range_end: bytes
+    group: _Group | None = None  # None: the sentinel
     last_rev: int = 0  # highest revision delivered; resume from last_rev + 1
     generation: int = 0  # bumped per subscription; stale callbacks carry an older one
     watch_id: int | None = None
@@ -72,6 +96,7 @@ class _Sub:
     needs_snapshot: bool = False
     retry_at: float | None = None
     delay: float = _RETRY_MIN
+    quiet: bool = False  # a piece of a punched range: its first subscribe is no resumption
 
 
 class WatchSupervisor:
@@ -95,6 +120,8 @@ class WatchSupervisor:
         self._stream: WatchStream | None = None
         self._stopped = False
         self._sentinel = _Sub(None, enc(sentinel_key), b"")
+        #: events the server sent for watches (the sentinel's aside), excluded or not
+        self.events_received = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     # -- API for the registry (caller threads) --------------------------------------------
@@ -114,26 +141,34 @@ class WatchSupervisor:
         self._resync(registration, snapshot, initial)
         below = enc(subtree_prefix(registration.root))
         start = enc(registration.root) if _includes_root(registration) else below
-        sub = _Sub(registration, start, prefix_range_end(below), revision)
-        registration.backend_state = sub
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._queue.put(("subscribe", sub, done))
+        holes = _holes_in(registration, snapshot)
+        group = _Group([], holes)
+        for key, range_end in _cut((start, prefix_range_end(below)), holes):
+            group.subs.append(_Sub(registration, key, range_end, group, revision))
+        registration.backend_state = group
+        pending: list[concurrent.futures.Future[None]] = []
+        for sub in group.subs:
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._queue.put(("subscribe", sub, done))
+            pending.append(done)
+        deadline = time.monotonic() + self._conn.call_timeout * 2 + 1
         try:
-            done.result(timeout=self._conn.call_timeout * 2 + 1)
+            for done in pending:
+                done.result(timeout=max(0.0, deadline - time.monotonic()))
         except concurrent.futures.TimeoutError:
             self.remove(registration)
             raise RegistryConnectionError(
                 f"etcd at {self._conn.servers}: watch on {registration.watch.path!r} not established in time"
             ) from None
         except BaseException:
-            sub.cancelled = True
+            self.remove(registration)
             raise
 
     def remove(self, registration: WatchRegistration) -> None:
-        sub = registration.backend_state
-        if isinstance(sub, _Sub):
-            sub.cancelled = True
-            self._queue.put(("cancel", sub, None))
+        group = registration.backend_state
+        if isinstance(group, _Group):
+            group.cancelled = True  # deliveries stop now; the watchers end on the thread
+            self._queue.put(("cancel_group", group.subs[0] if group.subs else None, group))
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stopped = True
@@ -180,11 +215,12 @@ class WatchSupervisor:
             return
         if kind == "subscribe":
             self._first_subscribe(sub, payload)
-        elif kind == "cancel":
-            self._cancel(sub)
+        elif kind == "cancel_group":
+            for member in list(payload.subs):
+                self._cancel(member)
         elif kind == "response":
             generation, response = payload
-            if generation == sub.generation and not sub.cancelled:
+            if generation == sub.generation and not sub.cancelled and not _group_cancelled(sub):
                 self._on_response(sub, response)
 
     def _first_subscribe(self, sub: _Sub, done: concurrent.futures.Future[None] | None) -> None:
@@ -210,7 +246,7 @@ class WatchSupervisor:
             self._subs.append(sub)
         if done is not None:
             done.set_result(None)
-        if sub.cancelled:  # the caller gave up while we subscribed
+        if sub.cancelled or _group_cancelled(sub):  # the caller gave up while we subscribed
             self._cancel(sub)
 
     def _cancel(self, sub: _Sub) -> None:
@@ -234,17 +270,61 @@ class WatchSupervisor:
 
     def _deliver(self, sub: _Sub, registration: WatchRegistration, response: Any) -> None:
         seen = sub.last_rev
+        found: set[str] = set()
+        self.events_received += len(response.events)
         for event in response.events:
             revision = int(event.mod_revision)
             if revision <= seen:
                 continue  # repeated by a stream we already replaced
             path = event.key.decode("utf-8", "replace")
+            if registration.excluded is not None and not registration.covers(path):
+                hole = excluded_subtree(path, registration.root, registration.excluded)
+                if hole is not None:
+                    found.add(hole)
+                sub.last_rev = max(sub.last_rev, revision)
+                continue
             if isinstance(event, etcd_events.DeleteEvent):
                 self._notify(registration, EventKind.DELETED, path, None)
             else:
                 kind = EventKind.CREATED if event.version == 1 else EventKind.UPDATED
                 self._notify(registration, kind, path, Node(bytes(event.value), revision, event.lease != 0))
             sub.last_rev = max(sub.last_rev, revision)
+        if found:
+            self._punch(sub, found)
+
+    def _punch(self, sub: _Sub, found: set[str]) -> None:
+        """Replace ``sub``'s watcher by watchers of the pieces of its range around the
+        newly found holes; they resume after its last delivered revision."""
+        group = sub.group
+        if group is None or group.cancelled or sub not in group.subs:
+            return
+        room = _MAX_HOLES - len(group.holes)
+        fresh = sorted(found - group.holes)[: max(room, 0)]
+        if not fresh:
+            return
+        group.holes.update(fresh)
+        pieces = _cut((sub.key, sub.range_end), set(fresh))
+        if pieces == [(sub.key, sub.range_end)]:
+            return
+        self._cancel(sub)
+        index = group.subs.index(sub)
+        now = time.monotonic()
+        replacements = [
+            _Sub(sub.registration, key, range_end, group, sub.last_rev, retry_at=now, quiet=True)
+            for key, range_end in pieces
+        ]
+        group.subs[index : index + 1] = replacements
+        self._subs.extend(replacements)  # subscribed by _retry_due, right after this response
+        log.debug(
+            "etcd watch on %s: %d excluded subtree(s) left out at the server", sub.key.decode(), len(fresh)
+        )
+
+    def _restart(self, sub: _Sub, revision: int) -> None:
+        """Re-subscribe ``sub`` from after ``revision`` (its old watcher is cancelled)."""
+        if sub.stream is not None and sub.watch_id is not None:
+            sub.stream.cancel(sub.watch_id)
+        sub.last_rev, sub.needs_snapshot = revision, False
+        self._broken(sub)
 
     def _broken(self, sub: _Sub) -> None:
         sub.watch_id = None
@@ -270,10 +350,15 @@ class WatchSupervisor:
                     snapshot, revision = self.snapshot(sub.registration)
                     self._resync(sub.registration, snapshot, True)
                     sub.last_rev, sub.needs_snapshot = revision, False
+                    # the snapshot covered the watch's other ranges too: they resume after it
+                    for other in sub.group.subs if sub.group is not None else ():
+                        if other is not sub and other.last_rev < revision:
+                            self._restart(other, revision)
                 self._subscribe(sub)
                 sub.retry_at, sub.delay = None, _RETRY_MIN
-                if sub is not self._sentinel:
+                if sub is not self._sentinel and not sub.quiet:
                     log.info("etcd watch on %s resumed from revision %d", sub.key.decode(), sub.last_rev + 1)
+                sub.quiet = False
             except _Compacted:
                 sub.needs_snapshot = True
                 sub.retry_at = time.monotonic()
@@ -337,6 +422,43 @@ class WatchSupervisor:
             f"etcd at {self._conn.servers} refused to watch {sub.key.decode('utf-8', 'replace')!r} "
             "(not authorised?)"
         )
+
+
+def _group_cancelled(sub: _Sub) -> bool:
+    return sub.group is not None and sub.group.cancelled
+
+
+def _holes_in(registration: WatchRegistration, nodes: Mapping[str, Node]) -> set[str]:
+    """The excluded subtrees that ``nodes`` (a snapshot) shows, up to ``_MAX_HOLES``."""
+    if registration.excluded is None:
+        return set()
+    holes: set[str] = set()
+    for path in nodes:
+        if not registration.covers(path):
+            hole = excluded_subtree(path, registration.root, registration.excluded)
+            if hole is not None:
+                holes.add(hole)
+    return set(sorted(holes)[:_MAX_HOLES])
+
+
+def _cut(span: tuple[bytes, bytes], holes: set[str]) -> list[tuple[bytes, bytes]]:
+    """``span`` (a key range) without the keys strictly below each hole. The hole's own
+    key stays in: it sorts before its subtree, and its rare writes are dropped on arrival."""
+    pieces = [span]
+    for hole in sorted(holes):
+        below = enc(subtree_prefix(hole))
+        cut_start, cut_end = below, prefix_range_end(below)
+        kept: list[tuple[bytes, bytes]] = []
+        for start, end in pieces:
+            if not end or cut_end <= start or cut_start >= end:  # b"" end: one key, never cut
+                kept.append((start, end))
+                continue
+            if start < cut_start:
+                kept.append((start, cut_start))
+            if cut_end < end:
+                kept.append((cut_end, end))
+        pieces = kept
+    return pieces
 
 
 def _includes_root(registration: WatchRegistration) -> bool:

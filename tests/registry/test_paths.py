@@ -11,6 +11,7 @@ from registry.paths import (
     ancestors,
     basename,
     excluded_below,
+    excluded_subtree,
     is_below,
     join,
     parent,
@@ -144,3 +145,15 @@ def test_excluded_below_looks_at_the_path_and_its_ancestors_under_the_root_only(
     assert not excluded_below("/r/hotter/a", "/r", hot)
     assert not excluded_below("/hot/a", "/hot", hot)  # the root itself is never excluded
     assert excluded_below("/x/hot/a", "/", hot)
+
+
+def test_excluded_subtree_names_the_shallowest_excluded_ancestor_under_the_root() -> None:
+    def hot(p: str) -> bool:
+        return p.endswith("/hot")
+
+    assert excluded_subtree("/r/hot/a/hot/b", "/r", hot) == "/r/hot"  # the outer one
+    assert excluded_subtree("/r/hot", "/r", hot) == "/r/hot"
+    assert excluded_subtree("/r/a/hot/b", "/r", hot) == "/r/a/hot"
+    assert excluded_subtree("/r/hotter/a", "/r", hot) is None
+    assert excluded_subtree("/hot/a", "/hot", hot) is None  # the root itself is never excluded
+    assert excluded_subtree("/hot/a", "/", hot) == "/hot"

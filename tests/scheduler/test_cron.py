@@ -157,6 +157,21 @@ def test_next_fire_is_strictly_after() -> None:
     assert every.next_fire(noon - 0.5) == noon
 
 
+def test_the_answer_shared_by_jobs_of_one_expression_follows_the_second_asked() -> None:
+    """Parsed schedules are shared and remember their last answer (1,000 jobs of one
+    expression firing together ask for the same second): a different second, or a
+    fraction of one, must still get its own answer, in any order of asking."""
+    schedule = CronSchedule.parse("*/10 * * * * ?", "Europe/Berlin")
+    assert CronSchedule.parse("*/10 * * * * ?", "Europe/Berlin") is schedule
+    base = datetime(2026, 10, 25, 2, 59, 55, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()  # DST ends
+    asked = [base, base + 0.9, base + 5, base + 4.2, base, base + 3600, base + 0.1]
+    answers = [schedule.next_fire(t) for t in asked]
+    expected = [dataclasses.replace(schedule, _last=[]).next_fire(t) for t in asked]
+    assert answers == expected
+    assert answers[0] == answers[1] == answers[4] == answers[6] == base + 5
+    assert answers[2] == base + 15 and answers[3] == base + 5
+
+
 @pytest.mark.parametrize("after", [float("nan"), float("inf"), float("-inf")])
 def test_non_finite_after_is_rejected(after: float) -> None:
     with pytest.raises(ValueError, match="finite"):
