@@ -51,6 +51,8 @@ PATHS = JobPaths(JOB)
 TRIPS_EVERY = 0.5
 #: the scale DESIGN.md section 7 and issue #6 ask for
 TARGET_INSTANCES = 100
+#: DESIGN.md asks for the figure, not a bound: this one is ours
+TARGET = "ours (DESIGN.md sets none): every instance on the new assignment within 2 fire periods (2 s)"
 
 
 # -- inside a child ---------------------------------------------------------------------------
@@ -346,9 +348,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(_members(argv[1], int(argv[2]), int(argv[3]), int(argv[4])))
     args = parse_args(list(argv or []))
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="shardjob-bench-reshard-") as tmp, servers(
-        args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends
-    ) as live:
+    with (
+        tempfile.TemporaryDirectory(prefix="shardjob-bench-reshard-") as tmp,
+        servers(args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends) as live,
+    ):
         for backend, address, scheme in (("zookeeper", live.zookeeper, "zk"), ("etcd", live.etcd, "etcd")):
             if address:
                 url = f"{scheme}://{address}/bench-reshard-{time.time_ns()}"
@@ -444,7 +447,10 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             f"![resharding]({chart})",
             "",
             "The leader writes one assignment node whatever the item count; everyone then starts at its "
-            "next fire, so *all running* is about one fire period after *written*.",
+            "next fire, so *all running* is about one fire period after *written*. At 100 instances this "
+            "2-core machine is saturated in steady state (each child process near 40% of a core, the "
+            "ZooKeeper server near 25%): on ZooKeeper each of the leader's registry round trips then took "
+            "0.1-0.35 s (its logs, timed by step), and those few round trips are most of *written*.",
             *(
                 []
                 if document["instances"] >= TARGET_INSTANCES
@@ -481,7 +487,7 @@ def summary(document: dict[str, Any]) -> list[dict[str, str]]:
             rows.append(
                 {
                     "figure": f"resharding, {figures['instances']} instances x {figures['items']:,} items, {backend}",
-                    "target": "every instance on the new assignment within 2 fire periods (2 s)",
+                    "target": TARGET,
                     "result": f"did not converge: {figures['error']}",
                     "met": "no",
                 }
@@ -492,7 +498,7 @@ def summary(document: dict[str, Any]) -> list[dict[str, str]]:
         rows.append(
             {
                 "figure": f"resharding, {figures['instances']} instances x {figures['items']:,} items, {backend}",
-                "target": "every instance on the new assignment within 2 fire periods (2 s)",
+                "target": TARGET,
                 "result": f"join {join:.2f} s, leave {leave:.2f} s to all running (median)",
                 "met": "yes" if max(join, leave) <= 2.0 else "no",
             }
