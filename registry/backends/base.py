@@ -171,7 +171,6 @@ class WatchRegistration:
         return known
 
 
-
 class BaseRegistry(abc.ABC):
     """Template for backends: public methods check and translate, primitives do the I/O."""
 

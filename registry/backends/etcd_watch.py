@@ -52,7 +52,7 @@ from registry.backends.etcd_errors import translate
 from registry.backends.etcd_stream import WatchStream
 from registry.backends.etcd_txn import enc, kv_node, range_op, subtree_prefix
 from registry.errors import RegistryConnectionError, RegistryError
-from registry.paths import excluded_subtree
+from registry.paths import excluded_subtree, is_below
 from registry.protocol import EventKind, Node
 
 __all__ = ["WatchSupervisor"]
@@ -277,10 +277,9 @@ class WatchSupervisor:
             if revision <= seen:
                 continue  # repeated by a stream we already replaced
             path = event.key.decode("utf-8", "replace")
-            if registration.excluded is not None and not registration.covers(path):
-                hole = excluded_subtree(path, registration.root, registration.excluded)
-                if hole is not None:
-                    found.add(hole)
+            hole = _hole_of(registration, path)
+            if hole is not None:
+                found.add(hole)
                 sub.last_rev = max(sub.last_rev, revision)
                 continue
             if isinstance(event, etcd_events.DeleteEvent):
@@ -430,15 +429,15 @@ def _group_cancelled(sub: _Sub) -> bool:
 
 def _holes_in(registration: WatchRegistration, nodes: Mapping[str, Node]) -> set[str]:
     """The excluded subtrees that ``nodes`` (a snapshot) shows, up to ``_MAX_HOLES``."""
-    if registration.excluded is None:
-        return set()
-    holes: set[str] = set()
-    for path in nodes:
-        if not registration.covers(path):
-            hole = excluded_subtree(path, registration.root, registration.excluded)
-            if hole is not None:
-                holes.add(hole)
+    holes = {hole for path in nodes if (hole := _hole_of(registration, path)) is not None}
     return set(sorted(holes)[:_MAX_HOLES])
+
+
+def _hole_of(registration: WatchRegistration, path: str) -> str | None:
+    """The excluded subtree of ``registration`` that ``path`` lies in, or None."""
+    if registration.excluded is None or registration.covers(path) or not is_below(path, registration.root):
+        return None
+    return excluded_subtree(path, registration.root, registration.excluded)
 
 
 def _cut(span: tuple[bytes, bytes], holes: set[str]) -> list[tuple[bytes, bytes]]:
