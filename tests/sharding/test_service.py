@@ -390,6 +390,9 @@ def test_corrupt_assignment_is_reported_and_rewritten(
     cluster = Cluster(harness, executor, total=4)
     for instance in ids(1, 2):
         cluster.add(instance)
+    # settled, not merely READY: a resharding still under way (the second instance's join)
+    # could overwrite the garbage before anyone decodes it, leaving nothing to report
+    cluster.settled(set(cluster.services))
     epoch = next(iter(cluster.services.values())).ensure_ready(10).epoch
     vandal = cluster.connect()
     with caplog.at_level(logging.INFO, logger="sharding"):  # INFO: the leader's steps, on failure
