@@ -476,7 +476,8 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "Threads stay flat from 1,000 to 10,000 jobs (one timer, fixed pools). Each shardjob fire is "
         "a fenced registry transaction creating the running mark and its removal after the run "
         "(the caches leave the marks out, so no watch event is applied) — work APScheduler does "
-        "not do; that per-fire cost, serialised by the GIL, is the lateness gap.",
+        "not do, serialised by the GIL with everything else a fire costs. At 10,000 every-second jobs "
+        "neither scheduler keeps up on this machine: compare the fires run before the lateness.",
     ]
     return "\n".join(lines)
 
@@ -497,7 +498,14 @@ def summary(document: dict[str, Any]) -> list[dict[str, str]]:
             result += (
                 f" (APScheduler p50 {other['p50']} ms, p99 {other['p99']} ms, {theirs['fires']:,} fires)"
             )
-            met = "yes" if late["p50"] <= other["p50"] and late["p99"] <= other["p99"] else "no"
+            # as good means as many fires run too: one that skips fires it cannot keep up
+            # with has less lateness to show for it
+            as_good = (
+                late["p50"] <= other["p50"]
+                and late["p99"] <= other["p99"]
+                and ours["fires"] >= theirs["fires"]
+            )
+            met = "yes" if as_good else "no"
         rows.append(
             {
                 "figure": f"fire lateness, {int(jobs):,} every-second jobs in one process",

@@ -32,6 +32,7 @@ from scheduler.cron import CronSchedule
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner
 from scheduler.timer import Timer
+from scheduler.workers import WorkerPool
 from sharding import (
     CorruptNodeError,
     CurrentAssignment,
@@ -66,7 +67,7 @@ class Runtime:
     cache: TreeCache
     timer: Timer
     coordinator: Executor
-    workers: Executor
+    workers: WorkerPool
     #: the worker pool's size: a run hands it at most this many tasks
     worker_count: int
     wait_timeout: float

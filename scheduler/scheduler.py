@@ -27,6 +27,7 @@ from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
 from scheduler.kinds import make_item_runner
 from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
+from scheduler.workers import WorkerPool
 from sharding import InstanceIdentity, ShardingError
 from sharding.layout import JobPaths, is_running_marks, validate_job_name
 
@@ -204,7 +205,7 @@ class Scheduler:
                     reg.close()
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
-            workers = ThreadPoolExecutor(self._max_workers, thread_name_prefix="shardjob-worker")
+            workers = WorkerPool(self._max_workers, "shardjob-worker")
             # fires in flight at once: one when the registry's calls never wait (more
             # threads would only take turns on the GIL), else one per coordinator thread
             in_flight = self._coordinator_threads if getattr(reg, "waits_on_network", True) else 1
@@ -297,7 +298,7 @@ class Scheduler:
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
-        runtime.workers.shutdown(wait=wait, cancel_futures=not wait)
+        runtime.workers.shutdown(wait=wait, drop_queued=not wait)
         if self._owns_registry:
             runtime.reg.close()
         log.info("scheduler %s shut down", self.instance_id)

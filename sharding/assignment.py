@@ -37,6 +37,8 @@ class AssignmentState(enum.Enum):
 
 def encode_items(items: Iterable[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"``."""
+    if isinstance(items, (tuple, list)) and len(items) == 1:  # most runs of most jobs
+        return str(int(items[0]))
     ordered = sorted(set(items))
     parts: list[str] = []
     start = prev = None

@@ -85,6 +85,20 @@ class TxnOpFailed(Exception):
         self.reason = reason
 
 
+def raise_first_failed_op(ops: Sequence[Op], version_of: Callable[[str], int | None]) -> None:
+    """Raise ``TxnOpFailed`` for the first op (in order) that fails against the state that
+    ``version_of`` reports (a node's version, None when absent); return if none does."""
+    for index, op in enumerate(ops):
+        version = version_of(op.path)
+        if isinstance(op, Create):
+            if version is not None:
+                raise TxnOpFailed(index, "exists")
+        elif version is None:
+            raise TxnOpFailed(index, "no_node")
+        elif op.version is not None and version != op.version:
+            raise TxnOpFailed(index, "bad_version")
+
+
 class Dispatcher:
     """One daemon thread that runs submitted calls in order.
 
@@ -164,7 +178,9 @@ class WatchRegistration:
             return is_below(stored_path, self.root)
         known = self._covered.get(stored_path)
         if known is None:
-            known = is_below(stored_path, self.root) and not excluded_below(stored_path, self.root, self.excluded)
+            known = is_below(stored_path, self.root) and not excluded_below(
+                stored_path, self.root, self.excluded
+            )
             if len(self._covered) >= _COVERED_MEMO:
                 self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
             self._covered[stored_path] = known

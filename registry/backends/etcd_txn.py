@@ -21,7 +21,7 @@ from typing import Any
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
-from registry.backends.base import TxnOpFailed
+from registry.backends.base import raise_first_failed_op
 from registry.errors import TransactionError
 from registry.paths import ancestors, is_below
 from registry.protocol import Check, Create, Delete, Node, Op, Set
@@ -213,15 +213,12 @@ def analyse_failure(ops: Sequence[Op], plan: Plan, responses: Iterable[Any]) -> 
     Returning means a parent guard failed: the caller re-reads the parents and re-plans.
     """
     states = read_states(plan.reads, responses)
-    for index, op in enumerate(ops):
-        kv = states.get(op.path)
-        if isinstance(op, Create):
-            if kv is not None:
-                raise TxnOpFailed(index, "exists")
-        elif kv is None:
-            raise TxnOpFailed(index, "no_node")
-        elif op.version is not None and int(kv.mod_revision) != op.version:
-            raise TxnOpFailed(index, "bad_version")
+
+    def version_of(path: str) -> int | None:
+        kv = states.get(path)
+        return None if kv is None else int(kv.mod_revision)
+
+    raise_first_failed_op(ops, version_of)
 
 
 def _check_size(name: str, entries: Sequence[Any]) -> None:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration
+from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration, raise_first_failed_op
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent
 from registry.protocol import Create, Delete, EventKind, Node, Op, SessionState, Set
@@ -33,14 +33,17 @@ from registry.url import RegistryURL
 __all__ = ["MemoryRegistry", "MemoryStore"]
 
 
-@dataclass
-class _Entry:
-    value: bytes
-    version: int
-    session: int | None  # owning session for ephemerals
+#: a stored node: (value, version, owning session for ephemerals). A plain tuple, not an
+#: object: tuples of bytes and ints drop out of the garbage collector's lists, and a
+#: scheduler's store holds a dozen nodes per job (an object each made every full
+#: collection walk them, a pause that landed on fires)
+_Entry = tuple[bytes, int, int | None]
+#: a node written earlier in the same transaction: (value, None — no version yet, session)
+_Staged = tuple[bytes, None, int | None]
 
-    def node(self) -> Node:
-        return Node(self.value, self.version, self.session is not None)
+
+def _node_of(entry: _Entry) -> Node:
+    return Node(entry[0], entry[1], entry[2] is not None)
 
 
 @dataclass(eq=False)
@@ -74,7 +77,8 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._nodes: dict[str, _Entry] = {}
-        self._kids: dict[str, set[str]] = {"/": set()}
+        #: children by parent, only for nodes that have some (dicts of str: no GC tracking)
+        self._kids: dict[str, dict[str, None]] = {}
         self._revision = 0
         self._sequences: dict[str, int] = {}
         self._session_ids = itertools.count(1)
@@ -204,7 +208,7 @@ class MemoryStore:
     def get(self, path: str) -> Node | None:
         with self._lock:
             entry = self._nodes.get(path)
-            return None if entry is None else entry.node()
+            return None if entry is None else _node_of(entry)
 
     def children(self, path: str) -> list[str]:
         with self._lock:
@@ -212,7 +216,7 @@ class MemoryStore:
 
     def snapshot(self, root: str) -> dict[str, Node]:
         with self._lock:
-            return {p: self._nodes[p].node() for p in self._subtree(root) if p in self._nodes}
+            return {p: _node_of(self._nodes[p]) for p in self._subtree(root) if p in self._nodes}
 
     def create(self, path: str, value: bytes, session_id: int | None) -> None:
         with self._lock:
@@ -250,7 +254,9 @@ class MemoryStore:
         with self._lock:
             if any(isinstance(op, Create) and op.ephemeral for op in ops):
                 self._require_session(session_id)
-            staged: dict[str, object] = {}  # path -> _Entry-like tuple or _ABSENT
+            if self._transaction_in_place(ops, session_id):
+                return
+            staged: dict[str, object] = {}  # path -> _Staged or _ABSENT
 
             def current(path: str) -> object:
                 if path in staged:
@@ -269,15 +275,15 @@ class MemoryStore:
                         raise TxnOpFailed(index, "exists")
                     for ancestor in ancestors(op.path):
                         if current(ancestor) is _ABSENT:
-                            staged[ancestor] = (b"", None)
-                    staged[op.path] = (op.value, session_id if op.ephemeral else None)
+                            staged[ancestor] = (b"", None, None)
+                    staged[op.path] = (op.value, None, session_id if op.ephemeral else None)
                     continue
                 if node is _ABSENT:
                     raise TxnOpFailed(index, "no_node")
-                if op.version is not None and _version_of(node) != op.version:
+                if op.version is not None and node[1] != op.version:  # type: ignore[index]
                     raise TxnOpFailed(index, "bad_version")
                 if isinstance(op, Set):
-                    staged[op.path] = (op.value, _session_of(node))
+                    staged[op.path] = (op.value, None, node[2])  # type: ignore[index]
                 elif isinstance(op, Delete):
                     for path in below(op.path):
                         staged[path] = _ABSENT
@@ -292,6 +298,28 @@ class MemoryStore:
                     self._remove_subtree(op.path)
 
     # -- internals (store lock held) ---------------------------------------------------
+    def _transaction_in_place(self, ops: list[Op], session_id: int | None) -> bool:
+        """The common shape — no deletes, each path once, every created node's parent
+        there already — where no op can see another's effect: check each against the store
+        as it is, then apply. False (nothing done) for any other shape, which the staged
+        path handles. A running mark per fire takes this way: staging cost it a third."""
+        paths = {op.path for op in ops}
+        if len(paths) != len(ops):
+            return False
+        nodes = self._nodes
+        for op in ops:
+            if isinstance(op, Delete) or (
+                isinstance(op, Create) and (owner := parent(op.path)) != "/" and owner not in nodes
+            ):
+                return False
+        raise_first_failed_op(ops, lambda path: None if (entry := nodes.get(path)) is None else entry[1])
+        for op in ops:
+            if isinstance(op, Create):
+                self._insert(op.path, op.value, session_id if op.ephemeral else None)
+            elif isinstance(op, Set):
+                self._update(op.path, nodes[op.path], op.value)
+        return True
+
     def _subtree(self, path: str) -> Iterator[str]:
         yield path
         for child in list(self._kids.get(path, ())):
@@ -313,47 +341,43 @@ class MemoryStore:
 
     def _insert(self, path: str, value: bytes, session_id: int | None) -> None:
         session = self._sessions.get(session_id) if session_id is not None else None
-        entry = _Entry(value, self._next_version(), session.id if session else None)
+        entry = (value, self._next_version(), session.id if session else None)
         self._nodes[path] = entry
-        self._kids.setdefault(path, set())
-        self._kids.setdefault(parent(path), set()).add(path)
+        if path != "/":
+            owner = parent(path)
+            kids = self._kids.get(owner)
+            if kids is None:
+                kids = self._kids[owner] = {}
+            kids[path] = None
         if session is not None:
             session.ephemerals.add(path)
-        self._broadcast(EventKind.CREATED, path, entry.node())
+        self._broadcast(EventKind.CREATED, path, _node_of(entry))
 
     def _update(self, path: str, entry: _Entry, value: bytes) -> None:
-        entry.value = value
-        entry.version = self._next_version()
-        self._broadcast(EventKind.UPDATED, path, entry.node())
+        entry = self._nodes[path] = (value, self._next_version(), entry[2])
+        self._broadcast(EventKind.UPDATED, path, _node_of(entry))
 
     def _remove_subtree(self, path: str) -> None:
         for child in sorted(self._kids.get(path, ())):
             self._remove_subtree(child)
         entry = self._nodes.pop(path, None)
         self._kids.pop(path, None)
-        self._kids.get(parent(path), set()).discard(path)
+        siblings = self._kids.get(parent(path))
+        if siblings is not None:
+            siblings.pop(path, None)
+            if not siblings:
+                del self._kids[parent(path)]
         if entry is None:
             return
-        if entry.session is not None and entry.session in self._sessions:
-            self._sessions[entry.session].ephemerals.discard(path)
+        owner = entry[2]
+        if owner is not None and owner in self._sessions:
+            self._sessions[owner].ephemerals.discard(path)
         self._broadcast(EventKind.DELETED, path, None)
 
     def _broadcast(self, kind: EventKind, path: str, node: Node | None) -> None:
         for client in self._clients:
             if self.reachable(client._link):
                 client._store_changed(kind, path, node)
-
-
-def _version_of(staged_or_entry: object) -> int | None:
-    if isinstance(staged_or_entry, _Entry):
-        return staged_or_entry.version
-    return None  # created earlier in the same transaction: no version yet
-
-
-def _session_of(staged_or_entry: object) -> int | None:
-    if isinstance(staged_or_entry, _Entry):
-        return staged_or_entry.session
-    return staged_or_entry[1]  # type: ignore[index,no-any-return]
 
 
 class MemoryRegistry(BaseRegistry):

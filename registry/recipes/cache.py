@@ -37,8 +37,12 @@ class TreeCache:
         self._root = validate_path(path)
         self._exclude = exclude
         self._checked: set[str] = set()
-        self._nodes: dict[str, Node] = {}
-        self._kids: dict[str, set[str]] = {}
+        #: (value, version) by path: plain tuples, which the garbage collector stops
+        #: tracking, where Node objects (a dozen per job) made each full collection longer
+        self._nodes: dict[str, tuple[bytes, int]] = {}
+        #: children by parent, only for nodes that have some (dicts of str: the garbage
+        #: collector skips them; sets it would walk, a dozen per job)
+        self._kids: dict[str, dict[str, None]] = {}
         self._changed = threading.Condition()
         # listeners by the subtree they follow: an event reaches only those at or above its
         # path, found by walking its few ancestors, so 1,000 jobs sharing one cache cost
@@ -84,18 +88,15 @@ class TreeCache:
 
     # -- reads (no round trip) -----------------------------------------------------------
     def get(self, path: str) -> bytes | None:
-        node = self.get_node(path)
-        return None if node is None else node.value
+        entry = self._entry(path)
+        return None if entry is None else entry[0]
 
     def get_node(self, path: str) -> Node | None:
-        # one dict read is atomic: no lock on the path every fire takes
-        node = self._nodes.get(path)
-        if node is None:  # a cached node passed the checks when its event was applied
-            self._check(path)
-        return node
+        entry = self._entry(path)
+        return None if entry is None else Node(*entry)
 
     def exists(self, path: str) -> bool:
-        return self.get_node(path) is not None
+        return self._entry(path) is not None
 
     def children(self, path: str) -> list[str]:
         self._check(path)
@@ -114,6 +115,13 @@ class TreeCache:
             return True
 
     # -- maintenance -----------------------------------------------------------------------
+    def _entry(self, path: str) -> tuple[bytes, int] | None:
+        # one dict read is atomic: no lock on the path every fire takes
+        entry = self._nodes.get(path)
+        if entry is None:  # a cached node passed the checks when its event was applied
+            self._check(path)
+        return entry
+
     def _check(self, path: str) -> None:
         if path in self._checked:
             return
@@ -132,15 +140,21 @@ class TreeCache:
                 self._nodes.pop(event.path, None)
                 self._kids.pop(event.path, None)
                 if event.path != self._root:
-                    self._kids.get(parent(event.path), set()).discard(event.path)
+                    owner = parent(event.path)
+                    siblings = self._kids.get(owner)
+                    if siblings is not None:
+                        siblings.pop(event.path, None)
+                        if not siblings:
+                            del self._kids[owner]
             else:
                 assert event.value is not None
-                self._nodes[event.path] = Node(
-                    event.value, event.version if event.version is not None else -1
-                )
-                self._kids.setdefault(event.path, set())
+                self._nodes[event.path] = (event.value, event.version if event.version is not None else -1)
                 if event.path != self._root:
-                    self._kids.setdefault(parent(event.path), set()).add(event.path)
+                    owner = parent(event.path)
+                    kids = self._kids.get(owner)
+                    if kids is None:
+                        kids = self._kids[owner] = {}
+                    kids[event.path] = None
             self._changed.notify_all()
             targets = [fn for p in _self_and_ancestors(event.path) for fn in self._listeners.get(p, ())]
         for listener in targets:

@@ -1,0 +1,120 @@
+"""The worker pool: tasks run on at most ``size`` threads, started only when tasks wait;
+a task that blocks does not hold up the others while a thread is free; a task that raises
+is logged and the pool goes on; shutdown keeps or drops what is queued, as told."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from scheduler.workers import WorkerPool
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def pool() -> Iterator[WorkerPool]:
+    workers = WorkerPool(3, "pool-test")
+    yield workers
+    workers.shutdown(wait=True, drop_queued=True)
+
+
+def _pool_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("pool-test")]
+
+
+def _recording(done: list[int], i: int, finished: threading.Event) -> Callable[[], None]:
+    def task() -> None:
+        done.append(i)
+        finished.set()
+
+    return task
+
+
+def _blocking(started: threading.Event, release: threading.Event) -> Callable[[], None]:
+    def task() -> None:
+        started.set()
+        release.wait(10)
+
+    return task
+
+
+def test_threads_start_only_when_tasks_wait_for_one(pool: WorkerPool) -> None:
+    assert _pool_threads() == [], "a thread started before any task"
+    done: list[int] = []
+    first = threading.Event()
+    pool.submit(_recording(done, 0, first))
+    assert first.wait(5)
+    assert len(_pool_threads()) == 1, "one task started more than one thread"
+    for i in range(1, 50):  # one after another: a thread more only in a race, never past the size
+        finished = threading.Event()
+        pool.submit(_recording(done, i, finished))
+        assert finished.wait(5), f"task {i} did not run"
+    assert done == list(range(50))
+    assert 1 <= len(_pool_threads()) <= 3
+
+
+def test_blocked_tasks_get_a_thread_each_up_to_the_size(pool: WorkerPool) -> None:
+    release = threading.Event()
+    started = [threading.Event() for _ in range(5)]
+    for event in started:
+        pool.submit(_blocking(event, release))
+    wait_for(lambda: sum(e.is_set() for e in started) == 3, 5, message="3 tasks started")
+    assert len(_pool_threads()) == 3, "a pool of 3 started more threads"
+    assert sum(e.is_set() for e in started) == 3
+    release.set()
+    wait_for(lambda: all(e.is_set() for e in started), 5, message="the queued tasks started")
+
+
+def test_a_blocked_task_does_not_hold_up_the_next(pool: WorkerPool) -> None:
+    """The one thread is busy for good: the next task must get a thread of its own."""
+    release = threading.Event()
+    first = threading.Event()
+    pool.submit(_blocking(first, release))
+    assert first.wait(5)
+    second = threading.Event()
+    pool.submit(second.set)
+    try:
+        assert second.wait(5), "the second task waited for the blocked first one"
+    finally:
+        release.set()
+
+
+def test_a_task_that_raises_is_logged_and_the_pool_goes_on(
+    pool: WorkerPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="scheduler.workers"):
+        for _ in range(5):  # more failures than threads: each thread survives its own
+            pool.submit(fail)
+        wait_for(lambda: caplog.text.count("a task raised") == 5, 5, message=lambda: caplog.text)
+    assert "boom" in caplog.text
+    after = threading.Event()
+    pool.submit(after.set)
+    assert after.wait(5), "the pool stopped running tasks after failures"
+
+
+@pytest.mark.parametrize("drop", [False, True], ids=["keep queued", "drop queued"])
+def test_shutdown_runs_what_is_queued_unless_told_to_drop_it(drop: bool) -> None:
+    workers = WorkerPool(1, "pool-test")
+    release, first = threading.Event(), threading.Event()
+    workers.submit(_blocking(first, release))
+    assert first.wait(5)
+    queued = threading.Event()
+    workers.submit(queued.set)
+    workers.shutdown(wait=False, drop_queued=drop)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        workers.submit(lambda: None)
+    release.set()
+    workers.shutdown(wait=True)  # returns once every thread has finished
+    assert queued.is_set() is not drop, f"drop_queued={drop}, yet the queued task ran={queued.is_set()}"
+    assert _pool_threads() == [], "a thread outlived shutdown(wait=True)"
+
+
+def test_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least one thread"):
+        WorkerPool(0)
