@@ -31,7 +31,7 @@ def validate_path(path: object) -> str:
     return _validate(path)
 
 
-@functools.lru_cache(maxsize=16384)
+@functools.lru_cache(maxsize=65_536)  # 10,000 jobs name 3 paths each per fire
 def _validate(path: str) -> str:
     """The checks of ``validate_path``; cached, since every fire names the same few paths
     (only valid paths are cached: a path that raises is checked again next time)."""

@@ -115,6 +115,11 @@ class JobRunner:
         self._sharding: ShardingService | None = None
         self._reported: set[bytes] = set()
         self._last_run: JobRun | None = None
+        # the timer entry of every fire: made once, not a key and a bound method per fire
+        # that lived a second each (long enough to burden the oldest GC generation)
+        self._fire_key = (config.name, "fire")
+        self._fire_callback = self._on_timer
+        self._parameters: tuple[JobConfig, dict[int, str]] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -159,7 +164,7 @@ class JobRunner:
         self._schedule_reconcile()
 
     def stop_firing(self) -> None:
-        self._rt.timer.cancel((self.name, "fire"))
+        self._rt.timer.cancel(self._fire_key)
         self._rt.timer.cancel((self.name, "reconcile"))
         self._rt.timer.cancel((self.name, "retry"))
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
@@ -222,7 +227,7 @@ class JobRunner:
         log.info("job %s: configuration changed in the registry", self.name)
         if (updated.cron, updated.time_zone) != (previous.cron, previous.time_zone):
             self._schedule = updated.schedule()
-            self._rt.timer.cancel((self.name, "fire"))
+            self._rt.timer.cancel(self._fire_key)
             self._schedule_next(time.time())
         if self._sharding is not None and sharding_settings(updated) != sharding_settings(previous):
             self._sharding.update_settings(sharding_settings(updated))
@@ -236,7 +241,7 @@ class JobRunner:
             return
         due = schedule.next_fire(after)
         if due is not None:
-            self._rt.timer.schedule((self.name, "fire"), due, self._on_timer)
+            self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
 
     def _on_timer(self, scheduled: float) -> None:
         # the next fire is computed from the later of the scheduled time and now: a fire
@@ -504,7 +509,10 @@ class JobRunner:
 
     def _contexts(self, run: JobRun) -> list[ShardingContext]:
         config = self._config
-        parameters = config.item_parameters()
+        memo = self._parameters
+        if memo is None or memo[0] is not config:  # parsed once per configuration, not per fire
+            memo = self._parameters = (config, config.item_parameters())
+        parameters = memo[1]
         task_id = "@-@".join(
             [
                 self.name,

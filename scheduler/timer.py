@@ -51,7 +51,11 @@ class Timer:
         self._max_drains = max_drains
         self._stall = stall
         self._heap: list[tuple[float, int, Hashable]] = []
-        self._entries: dict[Hashable, tuple[float, int, FireCallback]] = {}
+        #: key -> (due, seq) of its pending entry; its callback apart, in _callbacks: a
+        #: tuple of numbers the garbage collector stops tracking, where one holding the
+        #: callback lived a second per job and reached the oldest generation every fire
+        self._entries: dict[Hashable, tuple[float, int]] = {}
+        self._callbacks: dict[Hashable, FireCallback] = {}
         self._seq = itertools.count()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -82,7 +86,8 @@ class Timer:
         any pending entry of ``key``."""
         with self._wake:
             seq = next(self._seq)
-            self._entries[key] = (due, seq, callback)
+            self._entries[key] = (due, seq)
+            self._callbacks[key] = callback
             heapq.heappush(self._heap, (due, seq, key))
             if self._heap[0][1] == seq:
                 self._wake.notify()
@@ -90,6 +95,7 @@ class Timer:
     def cancel(self, key: Hashable) -> None:
         with self._wake:
             self._entries.pop(key, None)
+            self._callbacks.pop(key, None)
 
     def pending(self, key: Hashable) -> float | None:
         with self._wake:
@@ -156,7 +162,7 @@ class Timer:
             if entry is None or entry[1] != seq:
                 continue  # cancelled or replaced
             del self._entries[key]
-            due.append((when, entry[2]))
+            due.append((when, self._callbacks.pop(key)))
         # drop stale heads so the sleep is computed on a live entry
         while self._heap:
             when, seq, key = self._heap[0]

@@ -120,6 +120,12 @@ class ShardingService:
         self._reg = reg
         self.paths = JobPaths(job)
         self.identity = identity
+        #: this instance's registration and running mark: named on every fire
+        self._own_instance = self.paths.instance(identity.instance_id)
+        self._own_running = self.paths.running_of(identity.instance_id)
+        #: the fence checks of the last mark, by (assignment version, registration version):
+        #: the same two ops fire after fire until either changes
+        self._fence: tuple[int, int, tuple[Check, Check]] | None = None
         self._settings = settings
         self._executor = executor
         self._own_cache = cache is None
@@ -145,6 +151,7 @@ class ShardingService:
         self._state_lock = threading.Lock()
         self._max_epoch = 0
         self._decoded: tuple[int, Assignment] | None = None
+        self._last_ready: CurrentAssignment | None = None
         self._evaluation_pending = False
         self._started = False
         self._joined = False  # registered and in the election: reactions may begin
@@ -185,8 +192,7 @@ class ShardingService:
     def registered(self) -> bool:
         """This instance's node, as last written by it, is in the registry (per the cache)."""
         version = self._registration.version
-        node = self._cache.get_node(self.paths.instance(self.identity.instance_id))
-        return version is not None and node is not None and node.version == version
+        return version is not None and self._cache.version(self._own_instance) == version
 
     def start(self, *, server_enabled: bool = True) -> None:
         """Register this instance (and its server), join the election."""
@@ -217,12 +223,12 @@ class ShardingService:
             # leave membership first, so the next leader computes without this instance;
             # with failover, leave the last fire behind so the fires until the hand-over
             # are covered (the leader removes the trace when it reshards)
-            running = self.paths.running_of(self.identity.instance_id)
+            running = self._own_running
             if self._settings.failover and self._last_fire is not None:
                 self._reg.put(running, RunTrace("left", (), self._last_fire).encode())
             else:
                 self._reg.delete(running)
-            self._reg.delete(self.paths.instance(self.identity.instance_id))
+            self._reg.delete(self._own_instance)
             self._election.stop()
         except RegistryError:
             log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
@@ -302,13 +308,20 @@ class ShardingService:
         return self._ready()
 
     def _ready(self) -> CurrentAssignment | None:
+        version = self._cache.version(self.paths.assignment)
+        if version is None or self._cache.exists(self.paths.necessary):
+            return None
+        last = self._last_ready
+        if last is not None and last.version == version:
+            return last  # asked on every fire: the same answer until the node changes
         node = self._cache.get_node(self.paths.assignment)
-        if node is None or self._cache.exists(self.paths.necessary):
+        if node is None:
             return None
         assignment = self._decode(node)
         if assignment is None or assignment.state is not AssignmentState.READY:
             return None
-        return CurrentAssignment(assignment, node.version)
+        self._last_ready = CurrentAssignment(assignment, node.version)
+        return self._last_ready
 
     # -- the run path ---------------------------------------------------------------------
     def ensure_ready(
@@ -366,11 +379,14 @@ class ShardingService:
             raise FencedOut(
                 f"job {self.job}: instance {self.identity.instance_id} is not registered", "registration"
             )
-        path = self.paths.running_of(self.identity.instance_id)
+        path = self._own_running
         trace = RunTrace("running", tuple(items), fire_time, failover=bool(claimed))
+        fence = self._fence
+        if fence is None or fence[0] != current.version or fence[1] != version:
+            checks = (Check(self.paths.assignment, current.version), Check(self._own_instance, version))
+            fence = self._fence = (current.version, version, checks)
         ops: list[Check | Create | Set] = [
-            Check(self.paths.assignment, current.version),
-            Check(self.paths.instance(self.identity.instance_id), version),
+            *fence[2],
             Create(path, trace.encode(), ephemeral=not self._settings.failover),
         ]
         if claimed:
@@ -442,7 +458,7 @@ class ShardingService:
         every resharding that waits for running items to finish."""
         if not self._mark_in_doubt or self._held_mark is not None:
             return True
-        self._remove_stale_mark(self.paths.running_of(self.identity.instance_id))
+        self._remove_stale_mark(self._own_running)
         self._mark_in_doubt = False
         return True
 
@@ -801,7 +817,7 @@ class ShardingService:
         if not is_below(event.path, self.paths.root):
             return
         own_node_gone = (
-            event.path == self.paths.instance(self.identity.instance_id) and event.kind is EventKind.DELETED
+            event.path == self._own_instance and event.kind is EventKind.DELETED
         )
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
         if own_node_gone and live and not self._stopping:
@@ -830,7 +846,7 @@ class ShardingService:
         """Create this instance's ephemeral node, or adopt it if it is the one we wrote in
         this session; wait out a stale one of a previous process with the same id (the
         server removes it within its timeout)."""
-        path = self.paths.instance(self.identity.instance_id)
+        path = self._own_instance
         deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
         with self._registration.lock:
             while True:
@@ -860,7 +876,7 @@ class ShardingService:
         if self._stopping:
             return
         if self._registration.version is not None:
-            node = self._reg.get_node(self.paths.instance(self.identity.instance_id))
+            node = self._reg.get_node(self._own_instance)
             if node is not None and node.version == self._registration.version:
                 return
         try:

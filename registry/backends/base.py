@@ -70,6 +70,8 @@ _T = TypeVar("_T")
 MAX_VALUE_BYTES = 1_000_000
 MAX_TXN_OPS = 128
 MAX_TXN_BYTES = 1_000_000
+#: validated paths a client remembers (a few per job are named on every fire)
+_STORED_MEMO = 65_536
 
 
 class TxnOpFailed(Exception):
@@ -205,8 +207,11 @@ class BaseRegistry(abc.ABC):
         self._listeners_lock = threading.Lock()
         self._state = SessionState.CONNECTED
         self._state_lock = threading.Lock()
-        self._watches: list[WatchRegistration] = []
+        #: replaced, never changed in place (under the lock): readers take it without one
+        self._watches: tuple[WatchRegistration, ...] = ()
         self._watches_lock = threading.Lock()
+        #: caller path -> stored path, for paths already validated (bounded: _STORED_MEMO)
+        self._stored_paths: dict[str, str] = {}
         self._closed = False
 
     # -- identity ---------------------------------------------------------------------
@@ -307,12 +312,12 @@ class BaseRegistry(abc.ABC):
             excluded=None if exclude is None else self._on_client_paths(exclude),
         )
         with self._watches_lock:
-            self._watches.append(registration)
+            self._watches = (*self._watches, registration)
         try:
             self._call(self._start_watch, registration, initial)
         except BaseException:
             with self._watches_lock:
-                self._watches.remove(registration)
+                self._watches = tuple(r for r in self._watches if r is not registration)
             raise
         return watch
 
@@ -332,16 +337,15 @@ class BaseRegistry(abc.ABC):
     def _cancel_watch(self, watch: Watch) -> None:
         with self._watches_lock:
             found = [r for r in self._watches if r.watch is watch]
-            self._watches = [r for r in self._watches if r.watch is not watch]
+            self._watches = tuple(r for r in self._watches if r.watch is not watch)
         for registration in found:
             try:
                 self._stop_watch(registration)
             except Exception:
                 log.debug("stopping watch %s failed", watch.path, exc_info=True)
 
-    def _active_watches(self) -> list[WatchRegistration]:
-        with self._watches_lock:
-            return list(self._watches)
+    def _active_watches(self) -> tuple[WatchRegistration, ...]:
+        return self._watches  # every change of a watched store asks: no lock, no copy
 
     def _notify(
         self, registration: WatchRegistration, kind: EventKind, stored_path: str, node: Node | None
@@ -472,7 +476,13 @@ class BaseRegistry(abc.ABC):
     def _stored(self, path: str) -> str:
         if self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        return self._ns.to_server(path)
+        stored = self._stored_paths.get(path)  # every fire names the same few paths
+        if stored is None:
+            stored = self._ns.to_server(path)
+            if len(self._stored_paths) >= _STORED_MEMO:
+                self._stored_paths.clear()
+            self._stored_paths[path] = stored
+        return stored
 
     def _stored_writable(self, path: str) -> str:
         stored = self._stored(path)
@@ -501,20 +511,26 @@ class BaseRegistry(abc.ABC):
         written: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
-            if not isinstance(op, (Create, Set, Delete, Check)):
-                raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
             if isinstance(op, Check):
                 stored_path = self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else replace(op, path=stored_path))
                 continue
+            if not isinstance(op, (Create, Set, Delete)):
+                raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
             stored = self._stored_writable(op.path)
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"
                 )
             written[op.path] = index
-            if isinstance(op, (Create, Set)):
-                total += len(_check_value(op.path, op.value))
+            if not isinstance(op, Delete):
+                value = op.value
+                # bytes (every op shardjob makes) need no copy to be measured
+                total += (
+                    len(value)
+                    if type(value) is bytes and len(value) <= MAX_VALUE_BYTES
+                    else len(_check_value(op.path, value))
+                )
             stored_ops.append(op if stored == op.path else replace(op, path=stored))
         if total > MAX_TXN_BYTES:
             raise TransactionError(

@@ -252,8 +252,10 @@ class MemoryStore:
 
     def transaction(self, ops: list[Op], session_id: int | None) -> None:
         with self._lock:
-            if any(isinstance(op, Create) and op.ephemeral for op in ops):
-                self._require_session(session_id)
+            for op in ops:
+                if isinstance(op, Create) and op.ephemeral:
+                    self._require_session(session_id)
+                    break
             if self._transaction_in_place(ops, session_id):
                 return
             staged: dict[str, object] = {}  # path -> _Staged or _ABSENT

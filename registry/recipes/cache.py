@@ -98,6 +98,11 @@ class TreeCache:
     def exists(self, path: str) -> bool:
         return self._entry(path) is not None
 
+    def version(self, path: str) -> int | None:
+        """The cached node's version (None when absent): a fire's checks, without a Node."""
+        entry = self._entry(path)
+        return None if entry is None else entry[1]
+
     def children(self, path: str) -> list[str]:
         self._check(path)
         with self._changed:

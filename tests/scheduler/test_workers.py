@@ -1,6 +1,7 @@
-"""The worker pool: tasks run on at most ``size`` threads, started only when tasks wait;
-a task that blocks does not hold up the others while a thread is free; a task that raises
-is logged and the pool goes on; shutdown keeps or drops what is queued, as told."""
+"""The worker pool: tasks run on at most ``size`` threads, a thread woken only when none is
+awake; a task that blocks holds up the others for at most ``stall`` while the pool has
+room; a task that raises is logged and the pool goes on; shutdown keeps or drops what is
+queued, as told."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from tests.waiting import wait_for
 
 @pytest.fixture
 def pool() -> Iterator[WorkerPool]:
-    workers = WorkerPool(3, "pool-test")
+    workers = WorkerPool(3, "pool-test", stall=0.1)
     yield workers
     workers.shutdown(wait=True, drop_queued=True)
 
 
 def _pool_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("pool-test")]
+    """The pool's worker threads (its watchdog aside)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("pool-test_")]
 
 
 def _recording(done: list[int], i: int, finished: threading.Event) -> Callable[[], None]:
@@ -48,12 +50,32 @@ def test_threads_start_only_when_tasks_wait_for_one(pool: WorkerPool) -> None:
     pool.submit(_recording(done, 0, first))
     assert first.wait(5)
     assert len(_pool_threads()) == 1, "one task started more than one thread"
-    for i in range(1, 50):  # one after another: a thread more only in a race, never past the size
+    for i in range(1, 50):  # one after another: the awake thread takes them all
         finished = threading.Event()
         pool.submit(_recording(done, i, finished))
         assert finished.wait(5), f"task {i} did not run"
     assert done == list(range(50))
-    assert 1 <= len(_pool_threads()) <= 3
+    assert len(_pool_threads()) == 1, "tasks one after another woke more than one thread"
+
+
+def test_a_burst_is_taken_by_the_awake_thread() -> None:
+    """Tasks queued while a thread runs wake no other thread: a burst of fires costs one
+    thread taking turns on the GIL with the one submitting, not every thread of the pool."""
+    pool = WorkerPool(3, "pool-test", stall=30.0)  # no rescue due within the test
+    try:
+        release, first = threading.Event(), threading.Event()
+        done: list[int] = []
+        last = threading.Event()
+        pool.submit(_blocking(first, release))
+        assert first.wait(5)
+        for i in range(200):
+            pool.submit(_recording(done, i, last if i == 199 else threading.Event()))
+        release.set()
+        assert last.wait(5)
+        assert done == list(range(200))
+        assert len(_pool_threads()) == 1, "a burst behind a short task woke more threads"
+    finally:
+        pool.shutdown(wait=True)
 
 
 def test_blocked_tasks_get_a_thread_each_up_to_the_size(pool: WorkerPool) -> None:
@@ -112,7 +134,8 @@ def test_shutdown_runs_what_is_queued_unless_told_to_drop_it(drop: bool) -> None
     release.set()
     workers.shutdown(wait=True)  # returns once every thread has finished
     assert queued.is_set() is not drop, f"drop_queued={drop}, yet the queued task ran={queued.is_set()}"
-    assert _pool_threads() == [], "a thread outlived shutdown(wait=True)"
+    left = [t.name for t in threading.enumerate() if t.name.startswith("pool-test")]
+    assert left == [], f"threads outlived shutdown(wait=True): {left}"
 
 
 def test_size_must_be_positive() -> None:
