@@ -49,6 +49,8 @@ class TreeCache:
         # O(depth) per event, not O(jobs)
         self._listeners: dict[str, list[ChangeListener]] = {}
         self._watch: Watch | None = None
+        #: set by close(): nothing changes any more, so no waiter may go on waiting
+        self._closed = False
 
     @property
     def root(self) -> str:
@@ -58,6 +60,7 @@ class TreeCache:
         """Load the subtree and follow it; returns once the initial state is loaded."""
         if self._watch is not None:
             return self
+        self._closed = False
         self._watch = self._reg.watch(self._root, self._apply, initial=True, exclude=self._exclude)
         if not self._reg.flush_events(timeout):
             self.close()
@@ -65,6 +68,12 @@ class TreeCache:
         return self
 
     def close(self) -> None:
+        """Stop following the subtree and wake every ``wait_until``: a closed cache never
+        changes again, and a waiter left waiting would hold up its owner's shutdown (a
+        leader waiting to see its last write while its scheduler shuts down did, 30 s)."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -109,10 +118,13 @@ class TreeCache:
             return sorted(basename(p) for p in self._kids.get(path, ()))
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait for ``predicate`` (evaluated under the cache lock) to hold, woken by changes."""
+        """Wait for ``predicate`` (evaluated under the cache lock) to hold, woken by changes;
+        False when ``timeout`` runs out or the cache is closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while not predicate():
+                if self._closed:
+                    return False
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False

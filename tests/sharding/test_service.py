@@ -562,6 +562,10 @@ def test_wait_for_assignment_is_bounded(harness: Harness, executor: ThreadPoolEx
     assert time.monotonic() - started < 5
 
 
+#: the bound of test_resharding_costs_constant_registry_operations: two passes of leader work
+_RESHARDING_ROUND_TRIPS = 16
+
+
 @pytest.mark.parametrize("total", [10, 10_000])
 def test_resharding_costs_constant_registry_operations(
     harness: Harness, executor: ThreadPoolExecutor, total: int
@@ -597,7 +601,11 @@ def test_resharding_costs_constant_registry_operations(
     print(
         f"resharding at {total} items: {round_trips} round trips, {sent} bytes sent ({dict(counted.calls)})"
     )
-    assert round_trips <= 10, dict(counted.calls)
+    # O(1), whatever the count: one pass of leader work is about 8 round trips (flag, two
+    # reads, the fence, a re-read, the running marks twice, the assignment), and the join's
+    # events may start one more evaluation before the snapshot (seen: 11, its 3 children
+    # reads). Growing with the items, 10,000 items would cost thousands.
+    assert round_trips <= _RESHARDING_ROUND_TRIPS, dict(counted.calls)
 
 
 class _Stopper:

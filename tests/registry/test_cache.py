@@ -1,0 +1,62 @@
+"""TreeCache (registry/recipes/cache.py): waits on it end when what they wait for shows up,
+and at once when the cache is closed — a closed cache never changes again, so a waiter that
+went on waiting would hold its owner's shutdown up for its whole timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from registry.backends.base import BaseRegistry
+from registry.recipes.cache import TreeCache
+
+#: far longer than any wait below may take: a waiter still waiting after PROMPT is stuck
+LONG = 60.0
+PROMPT = 10.0
+
+
+class _Waiter:
+    """``cache.wait_until(predicate, LONG)`` on a thread of its own, its answer kept."""
+
+    def __init__(self, cache: TreeCache, path: str) -> None:
+        self.answer: bool | None = None
+        self.took = 0.0
+        self._thread = threading.Thread(target=self._wait, args=(cache, path), daemon=True)
+        self._thread.start()
+
+    def _wait(self, cache: TreeCache, path: str) -> None:
+        started = time.monotonic()
+        self.answer = cache.wait_until(lambda: cache.exists(path), LONG)
+        self.took = time.monotonic() - started
+
+    def finished(self) -> bool:
+        self._thread.join(PROMPT)
+        return not self._thread.is_alive()
+
+
+def test_wait_until_ends_when_the_change_arrives(reg: BaseRegistry) -> None:
+    cache = TreeCache(reg, "/c").start()
+    try:
+        waiter = _Waiter(cache, "/c/later")
+        reg.put("/c/later", b"1")
+        assert waiter.finished(), "the waiter did not see the node appear"
+        assert waiter.answer is True
+    finally:
+        cache.close()
+
+
+def test_close_wakes_waiters_at_once(reg: BaseRegistry) -> None:
+    cache = TreeCache(reg, "/c").start()
+    waiter = _Waiter(cache, "/c/never")
+    cache.close()
+    assert waiter.finished(), f"a waiter on a closed cache still waits (its timeout is {LONG:g}s)"
+    assert waiter.answer is False
+    assert waiter.took < LONG
+
+
+def test_a_closed_cache_answers_waits_at_once(reg: BaseRegistry) -> None:
+    cache = TreeCache(reg, "/c").start()
+    cache.close()
+    started = time.monotonic()
+    assert cache.wait_until(lambda: cache.exists("/c/never"), LONG) is False
+    assert time.monotonic() - started < PROMPT
