@@ -257,6 +257,42 @@ def test_listeners_and_error_handlers(harness: Harness, schedulers: list[Schedul
     assert set(listener.after[0].errors) == {1} and not listener.after[0].succeeded
 
 
+
+def test_a_run_ends_even_when_an_item_cannot_be_started(
+    harness: Harness, schedulers: list[Scheduler], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure outside the job's code (here: making an item's context) is logged, the
+    run's other items still run and the run ends: the job is not left 'running' for good."""
+    from scheduler.runner import JobRunner
+
+    make_context = JobRunner._context
+
+    def failing_for_item_zero(self: JobRunner, run: JobRun, item: int, task_id: str) -> ShardingContext:
+        if item == 0:
+            raise RuntimeError("no context for item 0")
+        return make_context(self, run, item, task_id)
+
+    monkeypatch.setattr(JobRunner, "_context", failing_for_item_zero)
+    ran: list[int] = []
+    listener = _Counting()
+    # one worker: the task that meets the failure is the one that runs every item
+    sched = Scheduler(
+        harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout), max_workers=1
+    )
+    schedulers.append(sched)
+    sched.add_job(
+        JobConfig(name="partial", sharding_total_count=3),
+        lambda ctx: ran.append(ctx.sharding_item),
+        listeners=[listener],
+    )
+    sched.start()
+    wait_for(lambda: sched.runner("partial").sharding.registered, 20, message="registered")
+    sched.trigger("partial")
+    wait_for(lambda: len(listener.after) == 1, 20, message="the first run ends")
+    sched.trigger("partial")
+    wait_for(lambda: len(listener.after) == 2, 20, message="a second run starts and ends")
+    assert sorted(ran) == [1, 1, 2, 2]
+
 class _Feed:
     def __init__(self) -> None:
         self.batches = {0: [[1, 2], [3], []], 1: [[10], []]}
@@ -271,16 +307,18 @@ class _Feed:
 
 def test_dataflow_streaming_until_fetch_is_empty(harness: Harness, schedulers: list[Scheduler]) -> None:
     feed = _Feed()
+    listener = _Counting()
     sched = Scheduler(harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout))
     schedulers.append(sched)
     sched.add_job(
         JobConfig(name="feed", sharding_total_count=2, job_type=JobType.DATAFLOW, streaming_process=True),
         feed,
+        listeners=[listener],
     )
     sched.start()
     wait_for(lambda: sched.runner("feed").sharding.registered, 20, message="registered")
     sched.trigger("feed")
-    wait_for(lambda: sched.runner("feed").last_run is not None, 20, message="the run ends")
+    wait_for(lambda: listener.after, 20, message="the run ends")
     assert sorted(feed.processed) == [(0, [1, 2]), (0, [3]), (1, [10])]
 
 
