@@ -103,7 +103,9 @@ def test_scheduler_lateness_quick(quick_run: Path) -> None:
             assert figures["completed"] is True
             assert figures["fires"] > 0
             assert {"p50", "p99", "max"} <= set(figures["lateness_ms"])
-            assert {"expected_fires", "threads", "rss_mib", "cpu_s"} <= set(figures)
+            assert {"expected_fires", "threads", "rss_mib", "cpu_s", "cpu_us_per_fire"} <= set(figures)
+            assert len(figures["rounds"]) == document["rounds"]
+            assert sum(r["fires"] for r in figures["rounds"]) == figures["fires"]
             assert 0 < len(figures["lateness_sample_ms"]) <= 2000
 
 
