@@ -622,8 +622,11 @@ class ShardingService:
             node = self._reg.get_node(self.paths.assignment)
             if node is None:
                 return None
-        if settings.monitor_execution and not self._wait_runs_finished():
-            return False
+        running: list[str] | None = None  # the marks as last read, when that was just now
+        if settings.monitor_execution:
+            running = self._wait_runs_finished()
+            if running is None:
+                return False
         planned = self._compute(settings, previous)
         new = Assignment(
             epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version
@@ -634,7 +637,7 @@ class ShardingService:
         ]
         if flag is not None:
             ops.append(Delete(self.paths.necessary, flag.version))
-        ops.extend(self._departed_ops(settings, previous))
+        ops.extend(self._departed_ops(settings, previous, running))
         if not self._transact(ops):
             return None if self.is_leader else False
         with self._state_lock:
@@ -674,7 +677,7 @@ class ShardingService:
         return self._cache.wait_until(caught_up, _CACHE_CATCH_UP)
 
     def _departed_ops(
-        self, settings: ShardingSettings, previous: Assignment | None
+        self, settings: ShardingSettings, previous: Assignment | None, running: list[str] | None = None
     ) -> list[Create | Set | Delete]:
         """Remove the running marks of departed instances and, with failover, queue what
         they left undone — in the same transaction as the new assignment (module
@@ -682,7 +685,9 @@ class ShardingService:
         online = set(self.online_instances())
         ops: list[Create | Set | Delete] = []
         departed: dict[str, RunTrace | None] = {}
-        for instance in sorted(set(self.running_instances()) - online)[:_MAX_DEPARTED_PER_RESHARD]:
+        if running is None:
+            running = self.running_instances()
+        for instance in sorted(set(running) - online)[:_MAX_DEPARTED_PER_RESHARD]:
             mark = self._reg.get_node(self.paths.running_of(instance))
             if mark is None:
                 continue
@@ -748,13 +753,16 @@ class ShardingService:
             self._last_race = str(exc)
             return False
 
-    def _wait_runs_finished(self) -> bool:
-        """Wait (by watch) until no instance holds a running mark; False if leadership ends.
+    def _wait_runs_finished(self) -> list[str] | None:
+        """Wait (by watch) until no online instance holds a running mark; the marks then
+        there (those of departed instances, for ``_departed_ops``: one read less), or None
+        if leadership ends.
 
         The marks are followed only for the wait, by a cache of their own: the shared
         cache leaves them out (``layout.is_running_marks``)."""
-        if not set(self.running_instances()) & set(self.online_instances()):
-            return True  # the usual case: one read, no watch to set up
+        running = self.running_instances()
+        if not set(running) & set(self.online_instances()):
+            return running  # the usual case: one read, no watch to set up
         marks = TreeCache(self._reg, self.paths.running).start(self._reg.session_timeout)
         try:
 
@@ -765,9 +773,9 @@ class ShardingService:
 
             while True:
                 if not self.is_leader or self._stopping:
-                    return False
+                    return None
                 if marks.wait_until(lambda: not in_progress(), 1.0):
-                    return True
+                    return marks.children(self.paths.running)
                 log.info("job %s: resharding waits for running items on %s", self.job, in_progress())
         finally:
             marks.close()

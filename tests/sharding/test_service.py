@@ -601,10 +601,10 @@ def test_resharding_costs_constant_registry_operations(
     print(
         f"resharding at {total} items: {round_trips} round trips, {sent} bytes sent ({dict(counted.calls)})"
     )
-    # O(1), whatever the count: one pass of leader work is about 8 round trips (flag, two
-    # reads, the fence, a re-read, the running marks twice, the assignment), and the join's
-    # events may start one more evaluation before the snapshot (seen: 11, its 3 children
-    # reads). Growing with the items, 10,000 items would cost thousands.
+    # O(1), whatever the count: one pass of leader work is 7 round trips (flag, two reads,
+    # the fence, a re-read, the running marks, the assignment), and the join's events may
+    # start one more evaluation before the snapshot (seen: 10 and 11). Growing with the
+    # items, 10,000 items would cost thousands.
     assert round_trips <= _RESHARDING_ROUND_TRIPS, dict(counted.calls)
 
 
