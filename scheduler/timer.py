@@ -136,16 +136,23 @@ class Timer:
         running = len(self._drains)
         if running < self._parallel:
             return min(self._parallel - running, len(self._ready))
+        return 1 if self._any_stalled() and running < self._max_drains else 0
+
+    def _any_stalled(self) -> bool:
+        """A drain has been in one callback for ``stall`` seconds (lock held)."""
         now = time.monotonic()
-        stalled = any(
-            started is not None and now - started >= self._stall for started in self._drains.values()
-        )
-        return 1 if stalled and running < self._max_drains else 0
+        return any(started is not None and now - started >= self._stall for started in self._drains.values())
 
     def _drain(self, drain: int) -> None:
         while True:
             with self._wake:
-                if not self._ready or self._stopped:
+                # a drain beyond ``parallel`` was started to rescue the queue from a stalled
+                # one: it leaves once none is stalled. Left running, every drain a passing
+                # stall had started (a full garbage collection at 10,000 jobs is one) stayed
+                # while the queue was never empty, and four threads taking turns on the GIL
+                # for work that never waits doubled what a fire cost
+                surplus = len(self._drains) > self._parallel and not self._any_stalled()
+                if not self._ready or self._stopped or surplus:
                     del self._drains[drain]
                     return
                 callback = self._ready.popleft()

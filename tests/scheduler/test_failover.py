@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -34,7 +34,7 @@ class Journal:
         self.lock = threading.Lock()
         self.executions: list[Execution] = []
 
-    def job(self, instance: str, hold: float) -> object:
+    def job(self, instance: str, hold: float) -> Callable[[ShardingContext], None]:
         def run(ctx: ShardingContext) -> None:
             start = time.time()
             if hold:
@@ -166,3 +166,72 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
         assert not service.mark_in_doubt
     finally:
         link.close()
+
+
+def test_a_failover_owner_that_dies_too_hands_its_entries_on(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """C is cut off mid-run; its items and their fires go to B (their new owner), which is
+    cut off in turn while it runs them as failover. Nothing stays stuck: A, the last one
+    left, runs every (item, fire) B had taken, as failover, and never beside anyone."""
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    timeout = harness.min_session_timeout
+    b_link, c_link = harness.link(), harness.link()
+    # ids sorted descending give c items 0-1, b 2-3, a 4-5; without c, b takes 0-2: c's items
+    ids = {"a": "127.0.0.1@-@failover-a", "b": "127.0.0.1@-@failover-b", "c": "127.0.0.1@-@failover-c"}
+    urls = {
+        "a": harness.url(namespace, session_timeout=timeout),
+        "b": b_link.url(namespace, session_timeout=timeout),
+        "c": c_link.url(namespace, session_timeout=timeout),
+    }
+    b_failover: list[tuple[int, float]] = []  # (item, fire) b started as failover
+    hold = 0.3  # regular runs; b's failover runs end before its session can expire
+    cluster: dict[str, Scheduler] = {}
+    for name in ("a", "b", "c"):
+        record = journal.job(ids[name], hold=hold)
+
+        def job(
+            ctx: ShardingContext, name: str = name, record: Callable[[ShardingContext], None] = record
+        ) -> None:
+            if name == "b" and ctx.failover:
+                b_failover.append((ctx.sharding_item, ctx.fire_time))
+            record(ctx)
+
+        sched = Scheduler(urls[name], instance_id=ids[name], max_workers=TOTAL)
+        sched.add_job(
+            JobConfig(name="job", cron="* * * * * ?", sharding_total_count=TOTAL, failover=True), job
+        )
+        schedulers.append(sched)
+        cluster[name] = sched
+    for sched in cluster.values():
+        sched.start()
+    try:
+        wait_for(
+            lambda: len({e.fire_time for e in list(journal.executions) if e.instance == ids["c"]}) >= 2,
+            30,
+            message="c runs its items",
+        )
+        wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+        c_link.cut()
+        wait_for(lambda: b_failover, timeout + 30, message="b runs c's items as failover")
+        b_link.cut()
+        taken = set(b_failover)
+        a_failover: set[tuple[int, float]] = set()
+
+        def a_ran_what_b_took() -> bool:
+            with journal.lock:
+                a_failover.update(
+                    (e.item, e.fire_time) for e in journal.executions if e.instance == ids["a"] and e.failover
+                )
+            return taken <= a_failover
+
+        wait_for(
+            a_ran_what_b_took,
+            timeout + 40,
+            message=lambda: f"a never ran {sorted(taken - a_failover)} that b took before it was cut off",
+        )
+        assert journal.overlaps() == []
+    finally:
+        b_link.restore()
+        c_link.restore()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -75,6 +76,44 @@ def test_a_blocked_callback_holds_the_others_only_until_another_drain_starts(
         timer.stop()
     assert ran == ["blocker", "quick"]
 
+
+
+def test_a_rescue_drain_leaves_once_nothing_is_stalled(pool: ThreadPoolExecutor) -> None:
+    """The drain started for a blocked callback stops when that callback returns: the queue
+    goes back to one drain at a time (``parallel``), not to every drain a stall started."""
+    timer = Timer(pool, parallel=1, max_drains=2, stall=0.2)
+    release = threading.Event()
+    lock = threading.Lock()
+    spans: list[tuple[float, float]] = []  # the quick callbacks' (start, end)
+
+    def blocker(_: float) -> None:
+        release.wait(10)
+
+    def quick(_: float) -> None:
+        start = time.monotonic()
+        threading.Event().wait(0.02)  # the callback's own work: it takes this long
+        with lock:
+            spans.append((start, time.monotonic()))
+
+    due = time.time() + 0.1
+    timer.schedule("blocker", due, blocker)
+    count = 60
+    for index in range(count):
+        timer.schedule(("quick", index), due + 0.001 * (index + 1), quick)
+    timer.start()
+    try:
+        wait_for(lambda: len(spans) >= 5, 5, message="the rescue drain runs quick callbacks")
+        released_at = time.monotonic()
+        release.set()
+        wait_for(lambda: len(spans) == count, 10, message="every quick callback ran")
+    finally:
+        release.set()
+        timer.stop()
+    # after the release, the rescue drain finishes the callback it is in and leaves
+    later = sorted(span for span in spans if span[0] > released_at + 0.1)
+    assert len(later) > 10
+    overlapping = [(a, b) for a, b in itertools.pairwise(later) if b[0] < a[1]]
+    assert overlapping == [], f"{len(overlapping)} callbacks ran beside another after the stall ended"
 
 def test_parallel_must_fit_max_drains(pool: ThreadPoolExecutor) -> None:
     with pytest.raises(ValueError, match="parallel"):
