@@ -281,9 +281,22 @@ class JobRunner:
             self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
 
     def _on_timer(self, scheduled: float) -> None:
-        # the next fire is computed from the later of the scheduled time and now: a fire
-        # that comes late runs once (ElasticJob's misfire policy), never a burst
-        self._schedule_next(max(scheduled, time.time()))
+        """A fire is due. When the timer comes so late (a paused or overloaded process)
+        that later fires are past too, those are owed like fires that find the job busy —
+        each one with failover, one misfire for all without — and the schedule goes on from
+        now: never a burst, and never a fire dropped without a word."""
+        schedule = self._schedule
+        if schedule is not None and not self._rt.stopping.is_set():
+            due = schedule.next_fire(scheduled)
+            now = time.time()
+            if due is not None and due <= now:
+                missed = self._missed_fires(scheduled, now)
+                with self._lock:
+                    for fire_time in missed:
+                        self._owe(fire_time, session_down=False, why="passed while the timer ran late")
+                due = schedule.next_fire(now)
+            if due is not None:
+                self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
         self.fire(scheduled)
 
     def _schedule_reconcile(self) -> None:
@@ -414,13 +427,19 @@ class JobRunner:
         if retry:
             self._retry_later()
 
-    def _owe(self, fire_time: float, *, session_down: bool) -> None:
+    def _owe(self, fire_time: float, *, session_down: bool, why: str = "") -> None:
         """Remember a fire that cannot run now (lock held). With failover every such fire
-        is owed (every (item, fire) at least once); otherwise one misfire stands for all,
-        as in ElasticJob."""
+        is owed (every (item, fire) at least once), replayed in fire order; otherwise one
+        misfire stands for all, as in ElasticJob."""
         if self._config.failover:
-            if fire_time not in self._owed:
-                self._owed.append(fire_time)
+            owed = self._owed
+            if fire_time not in owed:
+                if owed and fire_time < owed[-1]:  # a late fire owed after the ones it missed
+                    ordered = sorted([*owed, fire_time])
+                    owed.clear()
+                    owed.extend(ordered)
+                else:
+                    owed.append(fire_time)
             what = "owed until the session is back" if session_down else "owed until the run ends"
         elif self._config.misfire:
             if not self._owed:
@@ -428,7 +447,7 @@ class JobRunner:
             what = "remembered as a misfire"
         else:
             what = "skipped"
-        log.info("job %s: fire %.3f %s", self.name, fire_time, what)
+        log.info("job %s: fire %.3f %s", self.name, fire_time, f"{what} ({why})" if why else what)
 
     def forget_owed(self) -> None:
         """The session expired: the fires owed meanwhile are the failover queue's now (the

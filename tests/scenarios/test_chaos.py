@@ -85,9 +85,11 @@ class Stage:
             _SCHEMES[self.backend], address or self.address, self.namespace, session_timeout=session_timeout
         )
 
-    def run(self, scenario: str, fault: str, *, failover: bool) -> ChaosRun:
+    def run(
+        self, scenario: str, fault: str, *, failover: bool, session_timeout: float = SESSION_TIMEOUT
+    ) -> ChaosRun:
         fleet = Fleet(
-            self.url(),
+            self.url(session_timeout=session_timeout),
             self.workdir,
             job=JOB,
             total=TOTAL,
@@ -97,7 +99,9 @@ class Stage:
         self._fleets.append(fleet)
         observer = registry.connect(self.url(session_timeout=OBSERVER_TIMEOUT))
         self._observers.append(observer)
-        return ChaosRun(scenario, fault, self.backend, fleet, observer, failover=failover)
+        return ChaosRun(
+            scenario, fault, self.backend, fleet, observer, failover=failover, session_timeout=session_timeout
+        )
 
     def proxy(self) -> TCPProxy:
         """A severable path to the (first) server."""
@@ -256,6 +260,31 @@ def test_sigstop_of_the_leader_past_the_session_timeout(stage: Stage) -> None:
 
     assert_passed(run.finish(fault_at, fault_end, extra_checks=never_stale))
 
+
+
+def test_sigstop_of_a_worker_within_the_session_timeout(stage: Stage) -> None:
+    """A pause the session survives (a long GC, a stalled VM): nobody takes the worker's
+    items over, so after SIGCONT it must run the fires it slept through itself. Its timer
+    then comes more than a period late; the fires it passed are owed, not dropped."""
+    timeout = 3 * SESSION_TIMEOUT
+    pause = 2.5  # more than two fire periods, well inside the session timeout
+    run = stage.run(
+        "sigstop-short",
+        f"SIGSTOP of a worker for {pause:g} s, its session alive",
+        failover=True,
+        session_timeout=timeout,
+    )
+    run.fleet.start(*instance_ids("q", 3))
+    run.settle()
+    paused = run.fleet.workers[0]
+    run.wait_between_runs(paused)
+    fault_at = time.time()
+    paused.pause()
+    try:
+        deliberate_wait(pause)
+    finally:
+        paused.resume()
+    assert_passed(run.finish(fault_at, time.time()))
 
 # -- 4. the registry: a single server restarted, a cluster member lost -----------------
 def test_registry_server_restart(stage: Stage) -> None:
