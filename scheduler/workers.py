@@ -11,10 +11,15 @@ thread takes queued tasks until none is left. A task that blocks is found by a w
 when every awake thread has been in its task for ``stall`` seconds with tasks waiting,
 it wakes (or starts) one more — as the timer does for its drains.
 
+A thread the watchdog woke parks again, after its task, once no awake thread is stalled
+and another is awake: extra threads live only as long as the stall that called them.
+
 Invariants: at most ``size`` worker threads plus the watchdog, all started only when
-needed; a queued task waits for a free thread at most ``stall`` seconds while the pool
-has room; a task that raises is logged and the thread goes on; after ``shutdown``
-nothing new is accepted and, unless told to drop them, the queued tasks still run.
+needed; while tasks wait, at least one thread is awake or the watchdog wakes one within
+``stall`` seconds; a queued task waits for a free thread at most ``stall`` seconds while
+the pool has room; a task that raises is logged and the thread goes on; after
+``shutdown`` nothing new is accepted and, unless told to drop them, the queued tasks
+still run.
 """
 
 from __future__ import annotations
@@ -136,6 +141,25 @@ class WorkerPool:
             except Exception:
                 log.exception("%s: a task raised; the pool goes on", self._name)
             busy_since[slot] = None
+            if self._awake > 1 and self._park_if_surplus(gate):
+                gate.acquire()  # the waker counted us awake again
+
+    def _park_if_surplus(self, gate: threading.Lock) -> bool:
+        """Park a thread just done with a task, though tasks may wait, when another thread
+        is awake to take them and none is stalled: the watchdog woke the extra threads for
+        a stall, and once it is over, threads taking turns on the GIL for short tasks only
+        slowed each other down and fought over the locks those tasks take (at 10,000
+        every-second jobs, what a fire cost doubled). Decided and counted under the lock,
+        so that two threads never both park and leave the queue to nobody."""
+        now = time.monotonic()
+        with self._lock:
+            if self._awake <= 1 or self._closed:
+                return False
+            if any(since is not None and now - since >= self._stall for since in self._busy_since):
+                return False
+            self._awake -= 1
+            self._parked.append(gate)
+            return True
 
     def _watch(self) -> None:
         """While tasks wait, every ``stall`` seconds: if every awake thread is held up in

@@ -5,8 +5,10 @@ queued, as told."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -103,6 +105,34 @@ def test_a_blocked_task_does_not_hold_up_the_next(pool: WorkerPool) -> None:
     finally:
         release.set()
 
+
+
+def test_threads_woken_for_a_stall_park_once_it_is_over(pool: WorkerPool) -> None:
+    """The thread the watchdog woke for a blocked task parks once nothing is stalled: short
+    tasks queued after that run one at a time, not on every thread that was ever woken."""
+    started, release = threading.Event(), threading.Event()
+    pool.submit(_blocking(started, release))
+    assert started.wait(5)
+    lock = threading.Lock()
+    spans: list[tuple[float, float, str]] = []  # (start, end, thread) of the short tasks
+
+    def short() -> None:
+        start = time.monotonic()
+        threading.Event().wait(0.01)  # the task's own work: it takes this long
+        with lock:
+            spans.append((start, time.monotonic(), threading.current_thread().name))
+
+    count = 150  # 1.5 s of work: the queue is never empty when the blocked task ends
+    for _ in range(count):
+        pool.submit(short)
+    wait_for(lambda: len(spans) >= 5, 5, message="another thread runs the short tasks meanwhile")
+    released_at = time.monotonic()
+    release.set()
+    wait_for(lambda: len(spans) == count, 10, message="every short task ran")
+    later = sorted(span for span in spans if span[0] > released_at + 0.05)
+    assert len(later) > 50
+    overlapping = [(a, b) for a, b in itertools.pairwise(later) if b[0] < a[1]]
+    assert overlapping == [], f"{len(overlapping)} short tasks ran beside another after the stall ended"
 
 def test_a_task_that_raises_is_logged_and_the_pool_goes_on(
     pool: WorkerPool, caplog: pytest.LogCaptureFixture
