@@ -5,8 +5,9 @@ N jobs (1,000 and 10,000; 200 with ``--quick``), each ``"* * * * * ?"`` (APSched
 ``CronTrigger(second="*")``), each doing nothing but record ``time.time()`` minus its
 scheduled fire time. Each scheduler runs alone in its own child process (one after the
 other, so they share neither a GIL nor the CPU). After start-up and a warm-up (every job
-has fired, then a few seconds more) a window runs from a whole second: fires scheduled
-inside it count. The 30 s (6 s quick) of window per scheduler are split into ``--rounds``
+has fired, then a few seconds more, then one full garbage collection so that the window
+starts from a steady heap, not the start-up's) a window runs from a whole second: fires
+scheduled inside it count. The 30 s (6 s quick) of window per scheduler are split into ``--rounds``
 (3; 1 quick), the two schedulers alternating (A B, B A, A B): this machine is shared, and a
 busy spell then falls on both rather than on whichever ran in it. Lateness p50/p99/max over
 every round's fires together, fires run against expected, threads
@@ -28,6 +29,7 @@ Usage: ``.venv/bin/python -m benchmarks.scheduler_lateness [--quick] [--jobs 100
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import json
 import math
@@ -212,6 +214,10 @@ def _child(argv: list[str]) -> int:
     fired_before = len(recorder.fired)
     all_fired_s = time.monotonic() - started if fired_before == args.jobs else None
     time.sleep(args.warmup)  # the warm-up is a span of running, not a wait for a condition
+    # one full collection before the window, in both schedulers' children: the start-up
+    # leaves a heap of new objects whose first full collection otherwise fell at the same
+    # point of every round; a collection the steady state sets off in the window counts
+    gc.collect()
     window_start = math.floor(time.time()) + 1
     window_end = window_start + args.duration
     time.sleep(max(0.0, window_start - time.time()))
@@ -540,7 +546,8 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "### Fire lateness and footprint",
         "",
         f"Every-second cron jobs in one process on `memory://`, each recording its start minus its scheduled "
-        f"time; {document['window_s']:g} s of window per scheduler after a warm-up, in {rounds} round(s) "
+        f"time; {document['window_s']:g} s of window per scheduler after a warm-up and one full garbage "
+        f"collection, in {rounds} round(s) "
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
