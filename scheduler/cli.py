@@ -33,16 +33,27 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
 # -- demo ---------------------------------------------------------------------------------
 class _Board:
-    """Collects who ran which item at each fire and prints one row per finished fire."""
+    """Collects who ran which item at each fire and prints one row per finished fire.
 
-    def __init__(self, labels: dict[str, str]) -> None:
+    It keeps the first ``limit`` fires only: the demo shuts everyone down after them, and
+    a fire that starts during that shutdown is cut off by it, not by the hand-over it shows.
+    """
+
+    #: a row is printed once every item ran, or this many seconds after its fire time
+    ROW_DEADLINE = 3.0
+
+    def __init__(self, labels: dict[str, str], total: int, limit: int) -> None:
         self.labels = labels
+        self.total = total
+        self.limit = limit
         self._runs: dict[float, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         self._printed: set[float] = set()
         self._changed = threading.Condition()
 
     def record(self, ctx: ShardingContext, instance_id: str) -> None:
         with self._changed:
+            if ctx.fire_time not in self._runs and len(self._runs) >= self.limit:
+                return
             self._runs[ctx.fire_time][instance_id].append(ctx.sharding_item)
             self._changed.notify_all()
 
@@ -51,21 +62,30 @@ class _Board:
             return len(self._runs)
 
     def wait_fires(self, count: int, timeout: float) -> bool:
+        """Wait until ``count`` fires began and the last of them finished (or timed out)."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while len(self._runs) < count:
+            while True:
+                self._print_finished(deadline=self.ROW_DEADLINE)
+                if len(self._runs) >= count and self._finished(
+                    sorted(self._runs)[count - 1], self.ROW_DEADLINE
+                ):
+                    return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._changed.wait(min(remaining, 0.2))
-                self._print_finished(settle=0.6)
-            return True
 
-    def _print_finished(self, settle: float) -> None:
-        now = time.time()
+    def _finished(self, fire: float, deadline: float) -> bool:
+        ran = sum(len(items) for items in self._runs[fire].values())
+        return ran >= self.total or time.time() - fire >= deadline
+
+    def _print_finished(self, deadline: float) -> None:
         for fire in sorted(self._runs):
-            if fire in self._printed or now - fire < settle:
+            if fire in self._printed:
                 continue
+            if not self._finished(fire, deadline):
+                break  # rows in fire order: a later one waits for this one
             self._printed.add(fire)
             row = self._runs[fire]
             cells = []
@@ -78,24 +98,16 @@ class _Board:
     def flush(self) -> None:
         """Print every remaining row (once no run is in flight any more)."""
         with self._changed:
-            self._print_finished(settle=0.0)
+            self._print_finished(deadline=0.0)
 
-    def settle(self, quiet: float = 0.6) -> None:
-        """Print the rows of every fire so far once each had ``quiet`` seconds to finish."""
-        with self._changed:
-            latest = max(self._runs, default=0.0)
-            while time.time() - latest < quiet:
-                self._changed.wait(quiet - (time.time() - latest))
-            self._print_finished(settle=quiet)
-
-    def summary(self, total: int) -> tuple[int, int, int]:
+    def summary(self) -> tuple[int, int, int]:
         """(fires, fires where every item ran exactly once, item runs that were doubled)."""
         with self._changed:
             complete = doubled = 0
             for row in self._runs.values():
                 ran = [item for items in row.values() for item in items]
                 doubled += len(ran) - len(set(ran))
-                complete += sorted(ran) == list(range(total))
+                complete += sorted(ran) == list(range(self.total))
             return len(self._runs), complete, doubled
 
 
@@ -111,7 +123,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--fires must be >= 1, got {args.fires}")
     schedulers = [Scheduler(url, max_workers=4, coordinator_threads=2) for _ in range(count)]
     labels = {s.instance_id: chr(ord("A") + i) for i, s in enumerate(schedulers)}
-    board = _Board(labels)
+    board = _Board(labels, total, limit=2 * args.fires)
     print(f"shardjob demo: job 'demo', {total} items, fires every second, registry {registry.parse_url(url)}")
     for label_id, label in labels.items():
         print(f"  instance {label} = {label_id}")
@@ -138,7 +150,6 @@ def _demo(args: argparse.Namespace) -> int:
             print("demo: fires did not arrive in time", file=sys.stderr)
             return EXIT_ERROR
         leaving = schedulers[-1]
-        board.settle()
         print(
             f"\n  -- instance {labels[leaving.instance_id]} shuts down cleanly: its items move at once --\n"
         )
@@ -150,7 +161,7 @@ def _demo(args: argparse.Namespace) -> int:
         for sched in schedulers:
             sched.shutdown(wait=True)
         board.flush()
-    fires, complete, doubled = board.summary(total)
+    fires, complete, doubled = board.summary()
     print(
         f"\ndemo done: {fires} fires, {complete} with every item run exactly once, {doubled} item runs doubled."
     )
