@@ -1,0 +1,255 @@
+"""Group commit: independent transactions of many callers applied in shared ones.
+
+Callers submit a transaction's ops with a completion callback. A committer thread takes
+what is queued — at most ``max_ops`` ops and ``max_bytes`` of values, waiting at most
+``max_delay`` for more once the oldest request is queued — and applies it as ONE registry
+transaction: a thousand jobs firing in the same second cost a few dozen round trips, not a
+thousand. ``committers`` threads keep that many shared transactions in flight: a server
+that syncs its log to disk before it answers takes milliseconds per transaction whatever
+its size, and lets concurrent ones share the sync.
+
+Invariants:
+
+- Each caller's transaction stays all-or-nothing and independent of the others. When the
+  shared transaction fails because of one op, the registry names it
+  (``TransactionError.index``); the caller that owns it alone is told, with a
+  ``TransactionError`` naming its own op by its own index, and the rest is applied again at
+  once. One fenced-out caller never stops the others.
+- A failure that leaves the outcome unknown (connection lost) is told to every caller of
+  that transaction and retried for none: such a write is never silently repeated. A
+  ``TransactionError`` that names no op applied nothing (the backend found the shared
+  transaction too large once expanded, e.g. etcd's compares guarding missing parents):
+  each half is applied on its own, down to single requests.
+- No transaction writes a path twice (every backend refuses it): a request that writes a
+  path another queued request of the batch writes waits for the next batch.
+- A request never waits more than ``max_delay`` for others to join it, plus the time the
+  transactions ahead of it take.
+- Transactions of different batches may be applied in any order (several are in flight):
+  a caller that needs an order submits its next transaction once the previous is told.
+
+Hazard: callbacks run on a committer thread, one after the other. They must be quick
+and must never wait on the registry or on this batcher (``call`` from a callback would
+wait for itself); slow work goes to a pool.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from registry.errors import RegistryError, TransactionError
+from registry.protocol import Check, Op, RegistryCenter
+
+__all__ = ["BatcherClosed", "CommitCallback", "TransactionBatcher"]
+
+log = logging.getLogger("registry.batch")
+
+#: called with None once the caller's ops are applied, or with the error that refused them
+CommitCallback = Callable[[BaseException | None], None]
+
+
+class BatcherClosed(RegistryError):
+    """The batcher was closed: the request was not submitted."""
+
+
+@dataclass(eq=False)
+class _Request:
+    ops: Sequence[Op]
+    callback: CommitCallback
+    size: int
+    queued: float
+    written: frozenset[str] = field(default_factory=frozenset)
+
+
+class TransactionBatcher:
+    """Group commit of independent transactions over ``reg`` (module docstring).
+
+    The defaults keep a shared transaction at half of every backend's limits (128 ops,
+    1 MB of values): etcd also counts the compares that guard parents against the same
+    128, and a batch that overflows them costs the backend a read before the write.
+    """
+
+    def __init__(
+        self,
+        reg: RegistryCenter,
+        *,
+        max_ops: int = 64,
+        max_bytes: int = 500_000,
+        max_delay: float = 0.002,
+        committers: int = 4,
+        name: str = "shardjob-commit",
+    ) -> None:
+        if max_ops < 1 or max_bytes < 1 or max_delay < 0 or committers < 1:
+            raise ValueError("max_ops, max_bytes and committers must be >= 1 and max_delay >= 0")
+        self._reg = reg
+        self.max_ops = max_ops
+        self.max_bytes = max_bytes
+        self.max_delay = max_delay
+        self._name = name
+        self._committers = committers
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._wake = threading.Condition()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._stats = threading.Lock()
+        #: shared transactions sent and caller transactions applied (for benchmarks and tests)
+        self.commits = 0
+        self.applied = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> TransactionBatcher:
+        with self._wake:
+            if not self._threads:
+                for n in range(self._committers):
+                    thread = threading.Thread(target=self._run, name=f"{self._name}-{n}", daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+        return self
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Commit what is queued, then stop; later submits raise ``BatcherClosed``."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout)
+
+    # -- submitting -----------------------------------------------------------------------
+    def submit(self, ops: Sequence[Op], callback: CommitCallback) -> None:
+        """Queue ``ops`` as one transaction; ``callback(None)`` once applied, else
+        ``callback(error)`` (on the committer thread, see the module's hazard)."""
+        if not ops:
+            raise ValueError("a transaction needs at least one op")
+        size = sum(len(getattr(op, "value", b"")) for op in ops)
+        written = frozenset(op.path for op in ops if not isinstance(op, Check))
+        with self._wake:
+            if self._closed:
+                raise BatcherClosed("the transaction batcher is closed")
+            self._pending.append(_Request(ops, callback, size, time.monotonic(), written))
+            if len(self._pending) == 1:
+                self._wake.notify()
+
+    def call(self, ops: Sequence[Op]) -> None:
+        """Apply ``ops`` through the batcher and wait: returns once applied, or raises
+        what refused them. Never from a callback (it would wait for itself)."""
+        if threading.current_thread() in self._threads:
+            raise RuntimeError("TransactionBatcher.call from a commit callback would wait for itself")
+        done = threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def finished(error: BaseException | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        self.submit(ops, finished)
+        done.wait()
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    # -- the committer ----------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if not self._pending:
+                    return  # closed, and everything queued is committed
+                deadline = self._pending[0].queued + self.max_delay
+                while not self._closed and not self._full():
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._wake.wait(remaining)
+                batch = self._take()
+            if batch:  # another committer may have taken everything meanwhile
+                self._commit(batch)
+
+    def _full(self) -> bool:
+        ops = 0
+        for request in self._pending:
+            ops += len(request.ops)
+            if ops >= self.max_ops:
+                return True
+        return False
+
+    def _take(self) -> list[_Request]:
+        """The oldest requests that fit together (lock held); the first always goes."""
+        batch: list[_Request] = []
+        kept: collections.deque[_Request] = collections.deque()
+        ops = size = 0
+        written: set[str] = set()
+        while self._pending:
+            request = self._pending.popleft()
+            fits = ops + len(request.ops) <= self.max_ops and size + request.size <= self.max_bytes
+            if batch and not fits:
+                self._pending.appendleft(request)
+                break
+            if batch and not written.isdisjoint(request.written):
+                kept.append(request)  # writes a path this batch writes: the next batch
+                continue
+            batch.append(request)
+            ops += len(request.ops)
+            size += request.size
+            written |= request.written
+        self._pending.extendleft(reversed(kept))
+        return batch
+
+    def _commit(self, batch: list[_Request]) -> None:
+        parts = [batch]
+        while parts:
+            part = parts.pop()
+            ops = [op for request in part for op in request.ops]
+            try:
+                with self._stats:
+                    self.commits += 1
+                self._reg.transaction(ops)
+            except TransactionError as exc:
+                if exc.index is None:
+                    # refused as a whole (what the backend makes of it is too large): it
+                    # applied nothing, so each half is tried on its own
+                    if len(part) == 1:
+                        self._finish(part, exc)
+                    else:
+                        half = len(part) // 2
+                        parts += [part[half:], part[:half]]
+                    continue
+                owner, error = _attribute(part, exc)
+                part.remove(owner)
+                self._finish([owner], error)
+                if part:
+                    parts.append(part)  # the others at once: their ops were not at fault
+            except Exception as exc:  # outcome unknown, or ops refused before sending
+                self._finish(part, exc)
+            else:
+                with self._stats:
+                    self.applied += len(part)
+                self._finish(part, None)
+
+    def _finish(self, requests: list[_Request], error: BaseException | None) -> None:
+        for request in requests:
+            try:
+                request.callback(error)
+            except Exception:
+                log.exception("a commit callback raised; the batcher goes on")
+
+
+def _attribute(batch: list[_Request], exc: TransactionError) -> tuple[_Request, TransactionError]:
+    """The request owning the shared transaction's failed op ``exc.index``, and the error
+    as that request's own transaction would have raised it."""
+    assert exc.index is not None
+    offset = 0
+    for request in batch:
+        if exc.index < offset + len(request.ops):
+            index = exc.index - offset
+            op = request.ops[index]
+            if exc.cause is not None:
+                return request, TransactionError.for_op(index, op, exc.cause)
+            return request, TransactionError(str(exc), index=index, op=op)
+        offset += len(request.ops)
+    raise AssertionError(f"failed op {exc.index} lies outside a batch of {offset} ops")

@@ -1,0 +1,123 @@
+"""Group commit (``registry.recipes.batch``) on every backend: independent transactions
+share commits within every backend's limits, and one refused transaction is told alone
+while the others in its batch are applied."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from registry.backends.base import MAX_TXN_BYTES, MAX_TXN_OPS, BaseRegistry
+from registry.counting import CountingRegistry
+from registry.errors import TransactionError
+from registry.protocol import Check, Create, Op
+from registry.recipes.batch import BatcherClosed, TransactionBatcher
+from tests.waiting import wait_for
+
+
+class _Recording(CountingRegistry):
+    """Counts, and keeps the op count and value bytes of every transaction sent."""
+
+    def __init__(self, inner: BaseRegistry) -> None:
+        super().__init__(inner)
+        self.sent: list[tuple[int, int]] = []
+
+    def transaction(self, ops: Sequence[Op]) -> None:
+        self.sent.append((len(ops), sum(len(getattr(op, "value", b"")) for op in ops)))
+        super().transaction(ops)
+
+
+class _Outcomes:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.by_key: dict[object, BaseException | None] = {}
+
+    def record(self, key: object, error: BaseException | None) -> None:
+        with self._lock:
+            self.by_key[key] = error
+
+    def wait(self, count: int, timeout: float = 60) -> None:
+        wait_for(lambda: len(self.by_key) >= count, timeout, message=lambda: f"{len(self.by_key)} of {count} told")
+
+
+def _run_all(batcher: TransactionBatcher, requests: dict[object, list[Op]]) -> _Outcomes:
+    outcomes = _Outcomes()
+    for key, ops in requests.items():
+        batcher.submit(ops, functools.partial(outcomes.record, key))
+    batcher.start()
+    outcomes.wait(len(requests))
+    return outcomes
+
+
+def test_one_refused_transaction_leaves_the_others_of_its_batch_applied(reg: BaseRegistry) -> None:
+    reg.put("/jobs/b", b"v1")
+    stale = reg.get_node("/jobs/b")
+    assert stale is not None
+    reg.put("/jobs/b", b"v2")  # b's plan below checks the version before this write
+    recording = _Recording(reg)
+    # queued before the committer starts, so all three are taken into one batch
+    batcher = TransactionBatcher(recording, max_ops=6)
+    requests: dict[object, list[Op]] = {
+        "a": [Create("/marks/a", b"a")],
+        "b": [Create("/marks/b", b"b"), Check("/jobs/b", stale.version)],
+        "c": [Create("/marks/c", b"c"), Create("/marks/c2", b"c")],
+    }
+    try:
+        outcomes = _run_all(batcher, requests)
+    finally:
+        batcher.close()
+    refused = outcomes.by_key["b"]
+    assert isinstance(refused, TransactionError)
+    assert refused.index == 1 and refused.op is requests["b"][1]  # its own op, by its own index
+    assert outcomes.by_key["a"] is None and outcomes.by_key["c"] is None
+    assert [reg.exists(f"/marks/{p}") for p in ("a", "b", "c", "c2")] == [True, False, True, True]
+    assert [count for count, _ in recording.sent] == [5, 3]  # the shared one, then the rest at once
+
+
+def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) -> None:
+    jobs = [f"/job-{n:05d}" for n in range(10_000)]
+    recording = _Recording(reg)
+    creator = TransactionBatcher(recording)
+    try:
+        created = _run_all(creator, {job: [Create(f"{job}/instances/i", b"{}")] for job in jobs})
+    finally:
+        creator.close()
+    assert set(created.by_key.values()) == {None}
+    versions = {job: reg.get_node(f"{job}/instances/i") for job in jobs[:: len(jobs) // 20]}
+    # the shape of a fire's fenced mark: two checks and the mark, with a trace as its value
+    trace = b'{"state":"running","items":"0-9","fire_time":1764000000.0,"failover":false}' * 2
+    marks = TransactionBatcher(recording)
+    recording.sent.clear()
+    try:
+        marked = _run_all(
+            marks,
+            {
+                job: [
+                    Check(f"{job}/instances/i"),
+                    Check(f"{job}/instances/i"),
+                    Create(f"{job}/running/i", trace, ephemeral=True),
+                ]
+                for job in jobs
+            },
+        )
+    finally:
+        marks.close()
+    assert set(marked.by_key.values()) == {None}
+    assert len(recording.sent) <= len(jobs) // 20  # ~21 marks per commit, never one each
+    assert max(count for count, _ in recording.sent) <= min(marks.max_ops, MAX_TXN_OPS)
+    assert max(size for _, size in recording.sent) <= MAX_TXN_BYTES
+    assert all(reg.exists(f"{job}/running/i") for job in versions)
+
+
+def test_a_closed_batcher_commits_what_is_queued_and_refuses_more(reg: BaseRegistry) -> None:
+    batcher = TransactionBatcher(reg, max_delay=30.0)
+    outcomes = _Outcomes()
+    batcher.submit([Create("/queued", b"q")], functools.partial(outcomes.record, "queued"))
+    batcher.start()
+    batcher.close()  # long before the 30 s the request would wait for company
+    assert outcomes.by_key == {"queued": None} and reg.exists("/queued")
+    with pytest.raises(BatcherClosed):
+        batcher.submit([Create("/late", b"l")], functools.partial(outcomes.record, "late"))
