@@ -23,8 +23,8 @@ from pyetcd.utils import prefix_range_end
 
 from registry.backends.base import raise_first_failed_op
 from registry.errors import TransactionError
-from registry.paths import ancestors, is_below
-from registry.protocol import Check, Create, Delete, Node, Op, Set
+from registry.paths import ancestors
+from registry.protocol import Create, Delete, Node, Op, Set
 
 __all__ = [
     "ETCD_MAX_TXN_OPS",
@@ -229,19 +229,18 @@ def _check_size(name: str, entries: Sequence[Any]) -> None:
 
 
 def _refuse_writes_below_deletes(ops: Sequence[Op], display: Callable[[str], str]) -> None:
-    # etcd refuses a put inside a range deleted by the same transaction ("duplicate key")
-    deletes = [(i, op.path) for i, op in enumerate(ops) if isinstance(op, Delete)]
+    # etcd refuses a put inside a range deleted by the same transaction ("duplicate key").
+    # A write lies strictly inside a deleted subtree iff one of its proper ancestors is a
+    # deleted root: a look-up per ancestor, not a comparison with every delete.
+    deletes = {op.path: i for i, op in enumerate(ops) if isinstance(op, Delete)}
     if not deletes:
         return
     for index, op in enumerate(ops):
-        if isinstance(op, Check):
-            continue
-        written = [op.path] if isinstance(op, Set) else []
-        if isinstance(op, Create):
-            written = [op.path, *ancestors(op.path)]
-        for deleted_index, root in deletes:
-            if any(w != root and is_below(w, root) for w in written):
-                raise ValueError(
-                    f"transaction op {index} writes {display(op.path)!r} inside the subtree that "
-                    f"op {deleted_index} deletes ({display(root)!r}); split it into two transactions"
-                )
+        if not isinstance(op, (Create, Set)):
+            continue  # a Create also writes its missing parents: ancestors of its path too
+        root = next((a for a in ancestors(op.path) if a in deletes), None)
+        if root is not None:
+            raise ValueError(
+                f"transaction op {index} writes {display(op.path)!r} inside the subtree that "
+                f"op {deletes[root]} deletes ({display(root)!r}); split it into two transactions"
+            )

@@ -3,7 +3,14 @@
 ZooKeeper's multi knows nothing of missing parents or subtrees, so the plan adds a Create
 for every missing parent of a Create op (skipping those an earlier op makes) and expands
 each Delete into deletes of every descendant, deepest first, then the node itself with
-its version check. Invariants kept here:
+its version check.
+
+The first attempt reads nothing: it assumes every parent exists and every deleted node is
+a leaf, which is what the hot path writes (a running mark under its job's ``running``
+node, and its removal), so a transaction costs ONE request on the wire. Only when the
+server answers that the assumption failed (a parent missing, a child below a deleted
+node), and so applied nothing, is the plan made again from read parents and subtrees.
+Invariants kept here:
 
 - the caller learns the failing op by its own index (``TxnOpFailed``), never by a
   position in the expanded request;
@@ -73,8 +80,8 @@ class _Replan(Exception):
 def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) -> None:
     """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
     last: _Replan | None = None
-    for _ in range(_ATTEMPTS):
-        request, steps = _plan(io, ops)
+    for attempt in range(_ATTEMPTS):
+        request, steps = _plan(io, ops, optimistic=attempt == 0)
         _check_size(request, steps)
         try:
             io.write(
@@ -94,7 +101,7 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     )
 
 
-def _plan(io: ZkIO, ops: list[Op]) -> tuple[Any, list[_Step]]:
+def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool) -> tuple[Any, list[_Step]]:
     parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
     delete_roots = [op.path for op in ops if isinstance(op, Delete)]
 
@@ -104,7 +111,11 @@ def _plan(io: ZkIO, ops: list[Op]) -> tuple[Any, list[_Step]]:
         subtrees = {p: io.subtree(p, deadline) for p in delete_roots}
         return present, subtrees
 
-    present, subtrees = io.read(ops[0].path, read)
+    if optimistic:
+        present: dict[str, bool] = dict.fromkeys(parents, True)
+        subtrees: dict[str, list[str]] = {p: [] for p in delete_roots}
+    else:
+        present, subtrees = io.read(ops[0].path, read)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
 
     def exists(path: str) -> bool:
