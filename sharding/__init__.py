@@ -3,10 +3,11 @@ O(1) sharding service — written once on the registry protocol.
 """
 
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError
-from sharding.errors import FencedOut, ShardingError, ShardingTimeout
+from sharding.errors import FencedOut, FenceReason, ShardingError, ShardingTimeout
 from sharding.instance import InstanceIdentity
 from sharding.layout import JobPaths
-from sharding.service import CurrentAssignment, RunMark, ShardingService, ShardingSettings
+from sharding.run_marks import CurrentAssignment, RunMark
+from sharding.service import ShardingService, ShardingSettings
 from sharding.strategies import java_string_hash
 from sharding.strategy_loader import check_assignment, get_strategy
 
@@ -15,6 +16,7 @@ __all__ = [
     "AssignmentState",
     "CorruptNodeError",
     "CurrentAssignment",
+    "FenceReason",
     "FencedOut",
     "InstanceIdentity",
     "JobPaths",

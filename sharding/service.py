@@ -29,30 +29,30 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from registry.errors import NodeExistsError, RegistryError, TransactionError
+from registry.errors import RegistryError, TransactionError
 from registry.paths import is_below, parent
 from registry.protocol import Check, Create, Delete, Event, EventKind, Node, RegistryCenter, SessionState, Set
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, decode_items, encode_items
-from sharding.errors import FencedOut, ShardingError, ShardingTimeout
+from sharding.errors import ShardingError, ShardingTimeout
 from sharding.failover import FailoverEntry, FailoverQueue, MissedFires, RunTrace, plan_entries
 from sharding.instance import InstanceIdentity
 from sharding.layout import JobPaths, is_running_marks
+from sharding.membership import DISABLED, ENABLED, Membership
+from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
 from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
 
-__all__ = ["CurrentAssignment", "RunMark", "ServerStatus", "ShardingService", "ShardingSettings"]
+__all__ = ["ServerStatus", "ShardingService", "ShardingSettings"]
 
 log = logging.getLogger("sharding")
 
-ENABLED = b"ENABLED"
 #: how long a leader waits for its cache to show its own last resharding before it judges
 _CACHE_CATCH_UP = 2.0
 #: departed instances handled per resharding transaction (the rest in the next round)
 _MAX_DEPARTED_PER_RESHARD = 100
-DISABLED = b"DISABLED"
 
 
 class ServerStatus:
@@ -75,33 +75,6 @@ class ShardingSettings:
         get_strategy(self.strategy)  # unknown names fail here, before anything is written
 
 
-@dataclass(frozen=True)
-class CurrentAssignment:
-    """A READY assignment and the registry version it was read at (the fencing token)."""
-
-    assignment: Assignment
-    version: int
-
-    @property
-    def epoch(self) -> int:
-        return self.assignment.epoch
-
-
-@dataclass(frozen=True)
-class RunMark:
-    epoch: int
-    items: tuple[int, ...]
-    fire_time: float
-    path: str
-
-
-@dataclass
-class _Registration:
-    version: int | None = None
-    value: bytes | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 class ShardingService:
     """Sharding of ``job`` as seen from ``identity``; see the module docstring."""
 
@@ -120,12 +93,6 @@ class ShardingService:
         self._reg = reg
         self.paths = JobPaths(job)
         self.identity = identity
-        #: this instance's registration and running mark: named on every fire
-        self._own_instance = self.paths.instance(identity.instance_id)
-        self._own_running = self.paths.running_of(identity.instance_id)
-        #: the fence checks of the last mark, by (assignment version, registration version):
-        #: the same two ops fire after fire until either changes
-        self._fence: tuple[int, int, tuple[Check, Check]] | None = None
         self._settings = settings
         self._executor = executor
         self._own_cache = cache is None
@@ -136,17 +103,12 @@ class ShardingService:
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
-        self._last_fire: float | None = None
-        self._registration = _Registration()
-        #: a running-mark write ended with an unknown outcome (``mark_in_doubt``)
-        self._mark_in_doubt = False
+        self.membership = Membership(reg, self.paths, identity, self._cache)
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
         self._marks_unchecked = True
         #: why the last resharding transaction failed, for the warning when they keep failing
         self._last_race: str | None = None
-        #: the mark of the run in progress, between mark_running and clear_running
-        self._held_mark: RunMark | None = None
         self._reshard_lock = threading.RLock()
         self._state_lock = threading.Lock()
         self._max_epoch = 0
@@ -158,6 +120,16 @@ class ShardingService:
         self._stopping = False
         self._reported_corrupt: set[tuple[str, int]] = set()
         self._assignment_listeners: list[Callable[[], None]] = []
+        #: this instance's running mark: the fencing point of every run
+        self.marks = RunMarks(
+            reg,
+            self.paths,
+            identity.instance_id,
+            self._cache,
+            registration_version=lambda: self.membership.version,
+            persistent=lambda: self._settings.failover,
+            report_corrupt=self._report_corrupt,
+        )
         self._election = LeaderElection(
             reg,
             self.paths.leader,
@@ -191,8 +163,7 @@ class ShardingService:
     @property
     def registered(self) -> bool:
         """This instance's node, as last written by it, is in the registry (per the cache)."""
-        version = self._registration.version
-        return version is not None and self._cache.version(self._own_instance) == version
+        return self.membership.registered
 
     def start(self, *, server_enabled: bool = True) -> None:
         """Register this instance (and its server), join the election."""
@@ -203,10 +174,7 @@ class ShardingService:
             self._cache.start()
         self._cache.add_listener(self._on_change, under=self.paths.root)
         self._reg.add_listener(self._on_session)
-        server, status = self.paths.server(self.identity.ip), ENABLED if server_enabled else DISABLED
-        self._reg.put(server, status)
-        self._cache.wait_until(lambda: self._cache.get(server) == status, self._reg.session_timeout)
-        self._register()
+        self.membership.join(server_enabled=server_enabled)
         self._election.start(participate=server_enabled)
         self._joined = True
         self._schedule_evaluation()
@@ -223,12 +191,12 @@ class ShardingService:
             # leave membership first, so the next leader computes without this instance;
             # with failover, leave the last fire behind so the fires until the hand-over
             # are covered (the leader removes the trace when it reshards)
-            running = self._own_running
-            if self._settings.failover and self._last_fire is not None:
-                self._reg.put(running, RunTrace("left", (), self._last_fire).encode())
+            running, last_fire = self.marks.path, self.marks.last_fire
+            if self._settings.failover and last_fire is not None:
+                self._reg.put(running, RunTrace("left", (), last_fire).encode())
             else:
                 self._reg.delete(running)
-            self._reg.delete(self._own_instance)
+            self.membership.leave()
             self._election.stop()
         except RegistryError:
             log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
@@ -362,119 +330,31 @@ class ShardingService:
         fire_time: float,
         *,
         claimed: Sequence[FailoverEntry] = (),
-        retried: bool = False,
     ) -> RunMark:
-        """The fencing point: ONE transaction that checks the assignment is still the one
-        read, that this instance's registration (and so its session) is the live one, and
-        creates this instance's running mark (ephemeral, or persistent with failover so a
-        crash leaves it behind). With ``claimed`` failover entries it also removes them from
-        the queue, at the version read. ``FencedOut`` if any of it fails: nothing ran.
-
-        Only this instance writes its mark, and the runner marks one run at a time: a mark
-        already there while this service holds none (no ``mark_running`` without its
-        ``clear_running``) is stale — a write whose outcome was unknown, or a removal that
-        failed. It is removed at the version read and the mark written again, once."""
-        version = self._registration.version
-        if version is None:
-            raise FencedOut(
-                f"job {self.job}: instance {self.identity.instance_id} is not registered", "registration"
-            )
-        path = self._own_running
-        trace = RunTrace("running", tuple(items), fire_time, failover=bool(claimed))
-        fence = self._fence
-        if fence is None or fence[0] != current.version or fence[1] != version:
-            checks = (Check(self.paths.assignment, current.version), Check(self._own_instance, version))
-            fence = self._fence = (current.version, version, checks)
-        ops: list[Check | Create | Set] = [
-            *fence[2],
-            Create(path, trace.encode(), ephemeral=not self._settings.failover),
-        ]
-        if claimed:
-            queue_node = self._cache.get_node(self.paths.failover_items)
-            if queue_node is None:
-                raise FencedOut(f"job {self.job}: failover entries already taken", "assignment")
-            remaining = self._failover_queue(queue_node).without(claimed)
-            ops.append(Set(self.paths.failover_items, remaining.encode(), queue_node.version))
-        try:
-            self._reg.transaction(ops)
-        except TransactionError as exc:
-            if exc.index == 2 and not retried and self._held_mark is None and self._remove_stale_mark(path):
-                return self.mark_running(current, items, fire_time, claimed=claimed, retried=True)
-            reason, text = {
-                0: ("assignment", "the assignment changed"),
-                1: ("registration", "this instance's registration is gone"),
-                2: ("running", "already running"),
-                3: ("assignment", "the failover queue changed"),
-            }.get(exc.index if exc.index is not None else -1, ("registry", str(exc)))
-            raise FencedOut(f"job {self.job}: run refused, {text}", reason) from None
-        except RegistryError as exc:
-            self._mark_in_doubt = True  # the server may have applied it all the same
-            raise FencedOut(
-                f"job {self.job}: run refused, registry unavailable ({exc})", "registry"
-            ) from None
-        self._mark_in_doubt = False
-        mark = RunMark(current.epoch, tuple(items), fire_time, path)
-        self._held_mark = mark
-        if not claimed:
-            self._last_fire = fire_time if self._last_fire is None else max(self._last_fire, fire_time)
-        return mark
+        """The fencing point, applied at once (``RunMarks``, module ``sharding.run_marks``):
+        ``FencedOut`` if refused, and then nothing ran."""
+        return self.marks.mark_running(current, items, fire_time, claimed=claimed)
 
     def failover_entries(self, current: CurrentAssignment) -> list[FailoverEntry]:
         """Queued failover work for the items this instance owns in ``current``."""
         node = self._cache.get_node(self.paths.failover_items)
         if node is None:
             return []
-        return self._failover_queue(node).for_items(self.local_items(current))
-
-    def _failover_queue(self, node: Node) -> FailoverQueue:
-        try:
-            return FailoverQueue.decode(self.paths.failover_items, node.value)
-        except CorruptNodeError as exc:
-            self._report_corrupt(self.paths.failover_items, node.version, exc.problem)
-            return FailoverQueue()
+        return self.marks.queue(node).for_items(self.local_items(current))
 
     def clear_running(self, mark: RunMark) -> None:
-        self._held_mark = None
-        try:
-            self._reg.delete(mark.path)
-        except RegistryError:
-            self._mark_in_doubt = True
-            log.warning(
-                "job %s: clearing the running mark failed; it is removed once the registry answers", self.job
-            )
-        else:
-            self._mark_in_doubt = False
+        self.marks.clear_running(mark)
 
     @property
     def mark_in_doubt(self) -> bool:
         """True while a write of this instance's running mark ended with an unknown
         outcome: the mark may be there with nothing running (see ``remove_stale_mark``)."""
-        return self._mark_in_doubt
+        return self.marks.in_doubt
 
     def remove_stale_mark(self) -> bool:
-        """Remove this instance's running mark if one is left over from a write in doubt;
-        the caller guarantees it runs nothing of this job. True once nothing is in doubt.
-        A stale mark would otherwise refuse every later run 'already running' and hold up
-        every resharding that waits for running items to finish."""
-        if not self._mark_in_doubt or self._held_mark is not None:
-            return True
-        self._remove_stale_mark(self._own_running)
-        self._mark_in_doubt = False
-        return True
-
-    def _remove_stale_mark(self, path: str) -> bool:
-        """Delete ``path`` at the version read; True if there was one to delete."""
-        node = self._reg.get_node(path)
-        if node is None:
-            return False
-        try:
-            self._reg.transaction([Delete(path, node.version)])
-        except TransactionError:
-            return False
-        log.warning(
-            "job %s: removed a stale running mark of this instance (%d bytes)", self.job, len(node.value)
-        )
-        return True
+        """Remove this instance's running mark if a write in doubt may have left it; the
+        caller guarantees it runs nothing of this job. True once nothing is in doubt."""
+        return self.marks.remove_stale_mark()
 
     def running_instances(self) -> list[str]:
         """Instances holding a running mark, read from the registry (one round trip):
@@ -714,7 +594,7 @@ class ShardingService:
         if not entries:
             return ops
         queue_node = self._reg.get_node(self.paths.failover_items)
-        queue = FailoverQueue() if queue_node is None else self._failover_queue(queue_node)
+        queue = FailoverQueue() if queue_node is None else self.marks.queue(queue_node)
         merged = queue.merged(entries, settings.total).encode()
         log.warning(
             "job %s: failover queues %d (item, fire) pair(s) left by %s",
@@ -825,7 +705,7 @@ class ShardingService:
         if not is_below(event.path, self.paths.root):
             return
         own_node_gone = (
-            event.path == self._own_instance and event.kind is EventKind.DELETED
+            event.path == self.membership.path and event.kind is EventKind.DELETED
         )
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
         if own_node_gone and live and not self._stopping:
@@ -849,53 +729,9 @@ class ShardingService:
         self._marks_unchecked = True
         self._schedule_evaluation()
 
-    # -- registration ---------------------------------------------------------------------
-    def _register(self) -> None:
-        """Create this instance's ephemeral node, or adopt it if it is the one we wrote in
-        this session; wait out a stale one of a previous process with the same id (the
-        server removes it within its timeout)."""
-        path = self._own_instance
-        deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
-        with self._registration.lock:
-            while True:
-                value = self._registration.value or self.identity.node_value()
-                try:
-                    self._reg.create(path, value, ephemeral=True)
-                except NodeExistsError:
-                    node = self._reg.get_node(path)
-                    if node is None:
-                        continue
-                    if node.value == self._registration.value:
-                        self._registration.version = node.version
-                        return
-                    if time.monotonic() > deadline:
-                        raise ShardingError(f"instance node {path} is held by another session") from None
-                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5)
-                    continue
-                self._registration.value = value
-                node = self._reg.get_node(path)
-                self._registration.version = None if node is None else node.version
-                # read-your-writes: the cache (our only read path) must show our own node,
-                # or a leader computing right now would leave itself out
-                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout)
-                return
-
     def _reregister(self) -> None:
-        if self._stopping:
-            return
-        if self._registration.version is not None:
-            node = self._reg.get_node(self._own_instance)
-            if node is not None and node.version == self._registration.version:
-                return
-        try:
-            server = self.paths.server(self.identity.ip)
-            self._reg.put(server, self._cache.get(server) or ENABLED)
-            self._register()
-            log.info("job %s: instance %s registered again", self.job, self.identity.instance_id)
-        except (RegistryError, ShardingError):
-            log.warning(
-                "job %s: re-registration failed; retrying on the next change", self.job, exc_info=True
-            )
+        if not self._stopping:
+            self.membership.register_again()
 
 
 def _ip_of(raw: bytes | None, instance_id: str) -> str:

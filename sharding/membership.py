@@ -1,0 +1,119 @@
+"""This instance's membership in one job: its server's status node ``servers/{ip}`` and
+its ephemeral registration ``instances/{id}``.
+
+The registration is what fences a run: every running mark checks the registration node
+at the version this instance wrote, so a session that expired (its ephemeral node gone)
+or a node that someone else replaced can start nothing.
+
+Invariants:
+
+- An instance never shuts itself down because its node vanished (ElasticJob does): it
+  registers again on the live session, with the same value.
+- A node of the same id held by another session (a previous process with the same id
+  whose session has not expired yet) is waited out, bounded by twice the session
+  timeout, never overwritten: the server removes it when that session ends.
+- Read-your-writes: ``register`` returns once the job's cache (this instance's only read
+  path) shows the node, so a leader computing right after does not leave itself out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from registry.errors import NodeExistsError, RegistryError
+from registry.protocol import RegistryCenter
+from registry.recipes.cache import TreeCache
+from sharding.errors import ShardingError
+from sharding.instance import InstanceIdentity
+from sharding.layout import JobPaths
+
+__all__ = ["DISABLED", "ENABLED", "Membership"]
+
+log = logging.getLogger("sharding")
+
+ENABLED = b"ENABLED"
+DISABLED = b"DISABLED"
+
+
+class Membership:
+    """Registers ``identity`` (and its server) in ``paths``' job (module docstring)."""
+
+    def __init__(
+        self, reg: RegistryCenter, paths: JobPaths, identity: InstanceIdentity, cache: TreeCache
+    ) -> None:
+        self._reg = reg
+        self._paths = paths
+        self.identity = identity
+        self._cache = cache
+        self.path = paths.instance(identity.instance_id)
+        self.server_path = paths.server(identity.ip)
+        self._lock = threading.Lock()
+        #: the version and value of the node as this instance last wrote it
+        self.version: int | None = None
+        self._value: bytes | None = None
+
+    @property
+    def registered(self) -> bool:
+        """This instance's node, as last written by it, is in the registry (per the cache)."""
+        version = self.version
+        return version is not None and self._cache.version(self.path) == version
+
+    def join(self, *, server_enabled: bool) -> None:
+        """Write the server's status, then register."""
+        status = ENABLED if server_enabled else DISABLED
+        self._reg.put(self.server_path, status)
+        # what the cache must show before the election: the server's enabled-ness as written
+        # (a server it does not know yet counts as enabled, so an enabled start waits for nothing)
+        self._cache.wait_until(
+            lambda: (self._cache.get(self.server_path) == DISABLED) == (not server_enabled),
+            self._reg.session_timeout,
+        )
+        self.register()
+
+    def register(self) -> None:
+        """Create this instance's ephemeral node, or adopt it if it is the one written in
+        this session; wait out a stale one of another session with the same id."""
+        path = self.path
+        deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
+        with self._lock:
+            while True:
+                value = self._value or self.identity.node_value()
+                try:
+                    self._reg.create(path, value, ephemeral=True)
+                except NodeExistsError:
+                    node = self._reg.get_node(path)
+                    if node is None:
+                        continue
+                    if node.value == self._value:
+                        self.version = node.version
+                        return
+                    if time.monotonic() > deadline:
+                        raise ShardingError(f"instance node {path} is held by another session") from None
+                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5)
+                    continue
+                self._value = value
+                node = self._reg.get_node(path)
+                self.version = None if node is None else node.version
+                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout)
+                return
+
+    def register_again(self) -> None:
+        """The node vanished, or a new session began: register again unless the node as
+        written is still there. Failures are logged; the next change retries."""
+        if self.version is not None:
+            node = self._reg.get_node(self.path)
+            if node is not None and node.version == self.version:
+                return
+        try:
+            self._reg.put(self.server_path, self._cache.get(self.server_path) or ENABLED)
+            self.register()
+            log.info("job %s: instance %s registered again", self._paths.job, self.identity.instance_id)
+        except (RegistryError, ShardingError):
+            log.warning(
+                "job %s: re-registration failed; retrying on the next change", self._paths.job, exc_info=True
+            )
+
+    def leave(self) -> None:
+        self._reg.delete(self.path)
