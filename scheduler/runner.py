@@ -15,6 +15,7 @@ thread count does not grow with the number of jobs.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Any
 
 from registry.errors import NodeExistsError, RegistryError
 from registry.protocol import Event, EventKind, RegistryCenter
+from registry.recipes.batch import BatcherClosed, TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig
 from scheduler.context import ShardingContext
@@ -37,6 +39,7 @@ from sharding import (
     CorruptNodeError,
     CurrentAssignment,
     FencedOut,
+    FenceReason,
     InstanceIdentity,
     RunMark,
     ShardingError,
@@ -45,6 +48,7 @@ from sharding import (
 )
 from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
+from sharding.run_marks import MarkRequest
 
 __all__ = ["ClockSkewError", "JobRunner", "Runtime"]
 
@@ -52,6 +56,9 @@ log = logging.getLogger("scheduler")
 
 #: seconds before a fire the registry failed (session alive) is tried again
 _RETRY_DELAY = 1.0
+#: plans of one fire at most: a resharding or a stale mark between planning and marking
+#: costs a new plan, and a fire never loops on a cluster that keeps changing
+_MARK_ATTEMPTS = 3
 
 
 class ClockSkewError(RuntimeError):
@@ -68,6 +75,8 @@ class Runtime:
     timer: Timer
     coordinator: Executor
     workers: WorkerPool
+    #: the group commit of every job's running marks (``registry.recipes.batch``)
+    batcher: TransactionBatcher
     #: the worker pool's size: a run hands it at most this many tasks
     worker_count: int
     wait_timeout: float
@@ -108,6 +117,16 @@ class _LaunchedRun:
         self._next = 0
         self._left = len(run.items)
         self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        """A worker's task when the job has listeners: ``before_job``, then the items."""
+        runner = self._runner
+        for listener in runner._listeners:
+            runner._call_listener(listener.before_job, self.run)
+        self.hand_out()
+
+    def hand_out(self) -> None:
+        self._runner._hand_out(self)
 
     def __call__(self) -> None:
         """A worker's task: take the run's next item until none is left. The object itself
@@ -362,15 +381,10 @@ class JobRunner:
             if self._running or not self._live():
                 return  # retried when the current run ends
             self._running = True
-        started = False
         try:
-            started = self._launch(current, [e.item for e in claimed], fire_time, claimed=claimed)
-        except FencedOut as exc:
-            log.info("%s; failover resynchronises", exc)
-        except (ShardingError, RegistryError) as exc:
-            log.warning("job %s: failover run not started: %s", self.name, exc)
-        if not started:
-            self._run_ended()
+            self._submit_mark(current, [e.item for e in claimed], fire_time, claimed=claimed)
+        except Exception as exc:
+            self._not_started(fire_time, exc)
 
     # -- triggers -----------------------------------------------------------------------
     def _on_trigger_event(self, event: Event) -> None:
@@ -399,7 +413,8 @@ class JobRunner:
 
     # -- runs ---------------------------------------------------------------------------
     def fire(self, fire_time: float) -> None:
-        """Run this instance's items for ``fire_time`` (coordinator thread)."""
+        """Run this instance's items for ``fire_time`` (coordinator thread). The fenced
+        mark goes to the scheduler's group commit; the items start once it is applied."""
         if self._rt.stopping.is_set():
             return
         with self._lock:
@@ -407,32 +422,90 @@ class JobRunner:
                 self._owe(fire_time, session_down=not self._running)
                 return
             self._running = True
-        started = False
-        retry = False
+        self._plan_run(fire_time, 0)
+
+    def _plan_run(self, fire_time: float, attempt: int) -> None:
+        """Plan the fire's fenced mark and submit it (this job's run slot held)."""
         try:
-            started = self._start_run(fire_time)
-        except FencedOut as exc:
-            if exc.reason == "registry":
+            self._check_clock()
+            sharding = self.sharding
+            current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
+            items = sharding.local_items(current)
+            if not items:
+                self._run_ended()
+                return
+            self._submit_mark(current, items, fire_time, attempt=attempt)
+        except Exception as exc:
+            self._not_started(fire_time, exc)
+
+    def _submit_mark(
+        self,
+        current: CurrentAssignment,
+        items: Sequence[int],
+        fire_time: float,
+        *,
+        claimed: Sequence[FailoverEntry] = (),
+        attempt: int = _MARK_ATTEMPTS,
+    ) -> None:
+        request = self.sharding.marks.plan(current, items, fire_time, claimed)
+        self._rt.batcher.submit(request.ops, functools.partial(self._on_marked, request, attempt))
+
+    def _on_marked(self, request: MarkRequest, attempt: int, error: BaseException | None) -> None:
+        """The group commit applied the fenced mark, or refused it (committer thread:
+        nothing here waits; planning again goes to the coordinator pool)."""
+        marks = self.sharding.marks
+        mark = request.mark
+        if error is None:
+            self._launch(marks.adopt(request), failover=bool(request.claimed))
+            return
+        refused = marks.refusal(request, error)
+        if attempt + 1 < _MARK_ATTEMPTS and not self._rt.stopping.is_set():
+            # a resharding began between reading the assignment and marking: plan this
+            # fire again with the new one rather than dropping it; a mark in place while
+            # none is held is stale (see sharding.run_marks) and goes first
+            if refused.reason is FenceReason.ASSIGNMENT:
+                self._rt.coordinator.submit(self._plan_run, mark.fire_time, attempt + 1)
+                return
+            if refused.reason is FenceReason.RUNNING:
+                self._rt.coordinator.submit(self._replan_after_stale_mark, refused, mark.fire_time, attempt + 1)
+                return
+        self._not_started(mark.fire_time, refused)
+
+    def _replan_after_stale_mark(self, refused: FencedOut, fire_time: float, attempt: int) -> None:
+        try:
+            removed = self.sharding.marks.remove_if_stale()
+        except RegistryError as exc:
+            self._not_started(fire_time, exc)
+            return
+        if removed:
+            self._plan_run(fire_time, attempt)
+        else:
+            self._not_started(fire_time, refused)
+
+    def _not_started(self, fire_time: float, exc: BaseException) -> None:
+        """A fire (or failover run) did not start: say why, owe it if nobody else will
+        run it, and free the job's run slot."""
+        retry = False
+        if self._rt.stopping.is_set():
+            pass  # the scheduler is shutting down: its pools and group commit refuse work
+        elif isinstance(exc, FencedOut):
+            if exc.reason is FenceReason.REGISTRY:
                 # the outcome is unknown and the session may well be alive, so nobody else
                 # covers this fire: owe it and try again shortly (a mark the server applied
-                # meanwhile is removed first, see ShardingService.mark_running)
+                # meanwhile is removed first, see sharding.run_marks)
                 log.warning("%s; fire %.3f tried again in %gs", exc, fire_time, _RETRY_DELAY)
                 with self._lock:
                     self._owe(fire_time, session_down=True)
                 retry = True
             else:
                 log.info("%s; resynchronising", exc)
-        except (ShardingError, ClockSkewError) as exc:
+        elif isinstance(exc, (ShardingError, ClockSkewError)):
             log.error("job %s: fire %.3f not run: %s", self.name, fire_time, exc)
-        except RegistryError as exc:
+        elif isinstance(exc, RegistryError):
             log.warning("job %s: fire %.3f not run: registry error: %s", self.name, fire_time, exc)
-        except RuntimeError as exc:
-            if "shutdown" not in str(exc):  # a pool that is shut down: the process is exiting
-                log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
-        except Exception:
-            log.exception("job %s: fire %.3f failed to start", self.name, fire_time)
-        if not started:
-            self._run_ended(replay=not retry)
+        else:
+            log.error("job %s: fire %.3f failed to start", self.name, fire_time, exc_info=exc)
+        self._run_ended(replay=not retry)
         if retry:
             self._retry_later()
 
@@ -503,51 +576,33 @@ class JobRunner:
                 f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"
             )
 
-    def _start_run(self, fire_time: float) -> bool:
-        self._check_clock()
-        sharding = self.sharding
-        for attempt in range(3):
-            current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
-            items = sharding.local_items(current)
-            if not items:
-                return False
-            try:
-                return self._launch(current, items, fire_time)
-            except FencedOut as exc:
-                # a resharding began between reading the assignment and marking: plan this
-                # fire again with the new one rather than dropping it
-                if exc.reason != "assignment" or attempt == 2:
-                    raise
-        return False
-
-    def _launch(
-        self,
-        current: CurrentAssignment,
-        items: Sequence[int],
-        fire_time: float,
-        *,
-        claimed: Sequence[FailoverEntry] = (),
-    ) -> bool:
-        """Mark (the fence), then hand the items to the worker pool; True once launched."""
-        mark = self.sharding.mark_running(current, items, fire_time, claimed=claimed)
+    def _launch(self, mark: RunMark, *, failover: bool) -> None:
+        """The mark is held: hand the run's items to the worker pool (committer thread;
+        listeners, the user's code, run on a worker)."""
         run = JobRun(
             job_name=self.name,
             instance_id=self._rt.identity.instance_id,
-            fire_time=fire_time,
-            epoch=current.epoch,
-            items=tuple(items),
-            failover=bool(claimed),
+            fire_time=mark.fire_time,
+            epoch=mark.epoch,
+            items=mark.items,
+            failover=failover,
             started=time.time(),
         )
-        for listener in self._listeners:
-            self._call_listener(listener.before_job, run)
         launched = _LaunchedRun(self, run, mark, self._task_id(run))
+        try:
+            if self._listeners:
+                self._rt.workers.submit(launched.begin)
+            else:
+                launched.hand_out()
+        except RuntimeError:  # the worker pool is shut down: the process is exiting
+            self._complete(run, mark)
+
+    def _hand_out(self, launched: _LaunchedRun) -> None:
         # one task per worker, each taking the run's next item until none is left: items
         # still start as soon as a worker is free, without a task per item (a run of
         # thousands of items would otherwise queue thousands of them)
-        for _ in range(min(len(items), self._rt.worker_count)):
+        for _ in range(min(len(launched.run.items), self._rt.worker_count)):
             self._rt.workers.submit(launched)
-        return True
 
     def _task_id(self, run: JobRun) -> str:
         """ElasticJob's task id: job, items, READY or FAILOVER, instance."""
@@ -591,8 +646,29 @@ class JobRunner:
                 log.error("job %s item %d: %s", self.name, ctx.sharding_item, thrown, exc_info=thrown)
 
     def _complete(self, run: JobRun, mark: RunMark) -> None:
-        self.sharding.clear_running(mark)
+        """Every item ended (worker thread): the mark's removal goes to the group commit;
+        the run is over once it is applied."""
+        try:
+            self._rt.batcher.submit(
+                self.sharding.marks.clear_ops(mark), functools.partial(self._on_cleared, run)
+            )
+        except BatcherClosed:
+            self.sharding.clear_running(mark)
+            self._on_cleared(run, None, cleared=True)
+
+    def _on_cleared(self, run: JobRun, error: BaseException | None, *, cleared: bool = False) -> None:
+        if not cleared:
+            self.sharding.marks.cleared(error)
         run.finished = time.time()
+        if self._listeners:
+            try:
+                self._rt.workers.submit(functools.partial(self._finish, run))
+                return
+            except RuntimeError:
+                pass  # the worker pool is shut down: the listeners run here
+        self._finish(run)
+
+    def _finish(self, run: JobRun) -> None:
         for listener in self._listeners:
             self._call_listener(listener.after_job, run)
         self._run_ended()

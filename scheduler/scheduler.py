@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import registry
 from registry.errors import RegistryError
 from registry.protocol import RegistryCenter, SessionState
+from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, JobType
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
@@ -36,11 +37,24 @@ __all__ = ["Scheduler"]
 log = logging.getLogger("scheduler")
 
 F = TypeVar("F")
+T = TypeVar("T")
+
+#: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
+_STARTERS = 32
 
 
 def _default_workers() -> int:
     """ElasticJob's CPU provider: twice the cores."""
     return max(4, 2 * (os.cpu_count() or 1))
+
+
+def _each(items: Sequence[T], action: Callable[[T], object]) -> None:
+    """``action`` on every item, ``_STARTERS`` at a time, on threads that live only for it."""
+    if not items:
+        return
+    with ThreadPoolExecutor(min(len(items), _STARTERS), thread_name_prefix="shardjob-start") as pool:
+        for _ in pool.map(action, items):
+            pass
 
 
 class Scheduler:
@@ -210,6 +224,7 @@ class Scheduler:
             # threads would only take turns on the GIL), else one per coordinator thread
             in_flight = self._coordinator_threads if getattr(reg, "waits_on_network", True) else 1
             timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
+            batcher = TransactionBatcher(reg).start()
             self._runtime = Runtime(
                 reg=reg,
                 identity=self.identity,
@@ -217,6 +232,7 @@ class Scheduler:
                 timer=timer,
                 coordinator=coordinator,
                 workers=workers,
+                batcher=batcher,
                 worker_count=self._max_workers,
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
@@ -226,8 +242,9 @@ class Scheduler:
             timer.start()
             self._started = True
             names = list(self._jobs)
-        for name in names:
-            self._start_job(name)
+        # jobs start side by side: each start waits on round trips and on its own writes
+        # coming back through the cache, so N jobs one after the other cost N times that
+        _each(names, self._start_job)
         log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
 
     def _start_job(self, name: str) -> None:
@@ -239,7 +256,8 @@ class Scheduler:
         try:
             runner.start()
         except (RegistryError, ShardingError, ValueError) as exc:
-            self._failed[name] = exc
+            with self._lock:
+                self._failed[name] = exc
             log.error("job %s could not start (%s); the other jobs go on", name, exc)
 
     def _on_session(self, state: SessionState) -> None:
@@ -293,8 +311,9 @@ class Scheduler:
         if wait:
             for runner in runners:
                 runner.wait_idle()
-        for runner in runners:
-            runner.leave()
+        runtime.batcher.close()  # what is queued (the last marks' removals) is committed first
+        # jobs leave side by side, as they start: each hand-over is a few round trips
+        _each(runners, JobRunner.leave)
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
