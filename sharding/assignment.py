@@ -91,12 +91,6 @@ class Assignment:
     def instances(self) -> list[str]:
         return sorted(self.items, reverse=True)
 
-    def owner_of(self, item: int) -> str | None:
-        for instance, items in self.items.items():
-            if item in items:
-                return instance
-        return None
-
     def with_state(self, state: AssignmentState, leader: str, leader_version: int) -> Assignment:
         return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader, leader_version)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -161,6 +160,3 @@ def plan_entries(
             entries.extend(FailoverEntry(fire, item, instance) for item in owned)
     return entries
 
-
-def wall_clock() -> float:
-    return time.time()

@@ -101,10 +101,6 @@ class JobPaths:
         return join(self.failover, "items")
 
     @cached_property
-    def failover_lock(self) -> str:
-        return join(self.failover, "latch")
-
-    @cached_property
     def triggers(self) -> str:
         return join(self.root, "trigger")
 

@@ -45,7 +45,7 @@ from sharding.membership import DISABLED, ENABLED, Membership
 from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
 from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
 
-__all__ = ["ServerStatus", "ShardingService", "ShardingSettings"]
+__all__ = ["ShardingService", "ShardingSettings"]
 
 log = logging.getLogger("sharding")
 
@@ -53,11 +53,6 @@ log = logging.getLogger("sharding")
 _CACHE_CATCH_UP = 2.0
 #: departed instances handled per resharding transaction (the rest in the next round)
 _MAX_DEPARTED_PER_RESHARD = 100
-
-
-class ServerStatus:
-    ENABLED = "ENABLED"
-    DISABLED = "DISABLED"
 
 
 @dataclass(frozen=True)

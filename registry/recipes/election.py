@@ -85,10 +85,6 @@ class LeaderElection:
         """The term node's version of our win, while leading (the fencing token)."""
         return self._version
 
-    @property
-    def term_path(self) -> str:
-        return self._term_path
-
     def fence_ops(self) -> list[Check]:
         """Checks to put first in a transaction that only the current leader may apply."""
         version = self._version
