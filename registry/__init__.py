@@ -14,6 +14,7 @@ from registry.errors import (
     RegistryConnectionError,
     RegistryError,
     SessionLostError,
+    ShardJobError,
     TransactionError,
 )
 from registry.protocol import (
@@ -50,6 +51,7 @@ __all__ = [
     "SessionLostError",
     "SessionState",
     "Set",
+    "ShardJobError",
     "TransactionError",
     "Watch",
     "connect",

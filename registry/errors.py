@@ -1,4 +1,6 @@
-"""Every error a registry call can raise.
+"""Every error a registry call can raise, and ``ShardJobError``, the root of every error
+shardjob raises (registry, sharding and scheduler alike), as kazoo's ``KazooException``.
+A caller's bad input (a URL, a path, a configuration) is a ``ValueError`` instead.
 
 Invariant: no backend exception (kazoo, grpc, pyetcd) ever reaches a caller; each backend
 maps its own failures onto these classes, and messages never contain a password.
@@ -19,11 +21,16 @@ __all__ = [
     "RegistryConnectionError",
     "RegistryError",
     "SessionLostError",
+    "ShardJobError",
     "TransactionError",
 ]
 
 
-class RegistryError(Exception):
+class ShardJobError(Exception):
+    """Base of every error shardjob raises (bad input from the caller is a ``ValueError``)."""
+
+
+class RegistryError(ShardJobError):
     """Base of every registry failure."""
 
 

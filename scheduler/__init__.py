@@ -7,9 +7,8 @@ by an elected leader and every instance runs only its own. See README.md.
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
-from scheduler.handlers import JobExecutionError, JobListener, JobRun
-from scheduler.kinds import ScriptFailed
-from scheduler.runner import ClockSkewError
+from scheduler.errors import ClockSkewError, JobExecutionError, PoolShutDown, ScriptFailed, ShardJobError
+from scheduler.handlers import JobListener, JobRun
 from scheduler.scheduler import Scheduler
 
 __all__ = [
@@ -20,7 +19,9 @@ __all__ = [
     "JobListener",
     "JobRun",
     "JobType",
+    "PoolShutDown",
     "Scheduler",
     "ScriptFailed",
+    "ShardJobError",
     "ShardingContext",
 ]

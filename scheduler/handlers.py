@@ -12,16 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.context import ShardingContext
+from scheduler.errors import JobExecutionError
 
 __all__ = ["ErrorHandler", "JobExecutionError", "JobListener", "JobRun", "resolve_error_handler"]
 
 log = logging.getLogger("scheduler.jobs")
 
 ErrorHandler = Callable[[ShardingContext, BaseException], None]
-
-
-class JobExecutionError(Exception):
-    """An item failed and the job's error handler is THROW."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
+from scheduler.errors import ScriptFailed
 
 __all__ = ["ItemRunner", "ScriptFailed", "make_item_runner"]
 
@@ -24,15 +25,6 @@ log = logging.getLogger("scheduler.jobs")
 
 KeepGoing = Callable[[], bool]
 ItemRunner = Callable[[ShardingContext, KeepGoing], None]
-
-
-class ScriptFailed(RuntimeError):
-    def __init__(self, command: list[str], status: int, stderr: str) -> None:
-        tail = stderr.strip().splitlines()[-5:]
-        super().__init__(
-            f"script {command[0]!r} exited with status {status}" + (f": {' | '.join(tail)}" if tail else "")
-        )
-        self.status = status
 
 
 def make_item_runner(config: JobConfig, target: Any) -> ItemRunner:

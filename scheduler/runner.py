@@ -31,6 +31,7 @@ from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
+from scheduler.errors import ClockSkewError, PoolShutDown
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner
 from scheduler.timer import Timer
@@ -50,7 +51,7 @@ from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
 from sharding.run_marks import MarkRequest
 
-__all__ = ["ClockSkewError", "JobRunner", "Runtime"]
+__all__ = ["JobRunner", "Runtime"]
 
 log = logging.getLogger("scheduler")
 
@@ -59,10 +60,6 @@ _RETRY_DELAY = 1.0
 #: plans of one fire at most: a resharding or a stale mark between planning and marking
 #: costs a new plan, and a fire never loops on a cluster that keeps changing
 _MARK_ATTEMPTS = 3
-
-
-class ClockSkewError(RuntimeError):
-    """The local clock differs from the registry's by more than max_time_diff_seconds."""
 
 
 @dataclass
@@ -594,7 +591,7 @@ class JobRunner:
                 self._rt.workers.submit(launched.begin)
             else:
                 launched.hand_out()
-        except RuntimeError:  # the worker pool is shut down: the process is exiting
+        except PoolShutDown:  # the process is exiting
             self._complete(run, mark)
 
     def _hand_out(self, launched: _LaunchedRun) -> None:
@@ -664,8 +661,8 @@ class JobRunner:
             try:
                 self._rt.workers.submit(functools.partial(self._finish, run))
                 return
-            except RuntimeError:
-                pass  # the worker pool is shut down: the listeners run here
+            except PoolShutDown:
+                pass  # the process is exiting: the listeners run here
         self._finish(run)
 
     def _finish(self, run: JobRun) -> None:

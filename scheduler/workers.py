@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from scheduler.errors import PoolShutDown
+
 __all__ = ["WorkerPool"]
 
 log = logging.getLogger("scheduler.workers")
@@ -64,9 +66,9 @@ class WorkerPool:
         return self._size
 
     def submit(self, task: Task) -> None:
-        """Queue ``task``; ``RuntimeError`` once the pool is shut down."""
+        """Queue ``task``; ``PoolShutDown`` once the pool is shut down."""
         if self._closed:
-            raise RuntimeError(f"{self._name}: cannot schedule new work after shutdown")
+            raise PoolShutDown(f"{self._name}: cannot schedule new work after shutdown")
         self._tasks.append(task)
         if not self._awake:
             self._wake_one()

@@ -17,11 +17,14 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from registry.errors import ShardJobError
+
 __all__ = ["Assignment", "AssignmentState", "CorruptNodeError", "decode_items", "encode_items"]
 
 
-class CorruptNodeError(ValueError):
-    """A node in the registry holds a value this version cannot read."""
+class CorruptNodeError(ShardJobError, ValueError):
+    """A node in the registry holds a value this version cannot read (written by someone
+    else, or by a version with another layout); a ``ValueError`` too, as it always was."""
 
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"corrupt registry node {path}: {problem}")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 
+from registry.errors import ShardJobError
 from sharding.assignment import CorruptNodeError
 
 __all__ = ["CorruptNodeError", "FenceReason", "FencedOut", "ShardingError", "ShardingTimeout"]
 
 
-class ShardingError(Exception):
+class ShardingError(ShardJobError):
     """Base of sharding failures."""
 
 
