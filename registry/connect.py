@@ -6,7 +6,7 @@ Backends are imported only when asked for, so ``memory://`` users never load kaz
 from __future__ import annotations
 
 from registry.backends.base import BaseRegistry
-from registry.url import parse_url
+from registry.url import Backend, parse_url
 
 __all__ = ["connect"]
 
@@ -18,11 +18,11 @@ def connect(url: str, **options: object) -> BaseRegistry:
     answers within ``connect_timeout``.
     """
     parsed = parse_url(url, **options)
-    if parsed.backend == "memory":
+    if parsed.backend is Backend.MEMORY:
         from registry.backends.memory import MemoryRegistry
 
         return MemoryRegistry(parsed)
-    if parsed.backend == "zookeeper":
+    if parsed.backend is Backend.ZOOKEEPER:
         from registry.backends.zookeeper import ZooKeeperRegistry
 
         return ZooKeeperRegistry(parsed)

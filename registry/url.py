@@ -6,6 +6,7 @@ naming the part that is wrong; the password never appears in a repr or an error.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from dataclasses import dataclass, field
@@ -13,22 +14,30 @@ from urllib.parse import parse_qsl, unquote
 
 from registry.paths import validate_path
 
-__all__ = ["SCHEMES", "RegistryURL", "parse_url"]
+__all__ = ["SCHEMES", "Backend", "RegistryURL", "parse_url"]
 
-SCHEMES = {"zk": "zookeeper", "zookeeper": "zookeeper", "etcd": "etcd", "memory": "memory"}
+class Backend(str, enum.Enum):
+    """The registry backend a URL names (a ``str``, so ``url.backend == "etcd"`` holds)."""
+
+    MEMORY = "memory"
+    ZOOKEEPER = "zookeeper"
+    ETCD = "etcd"
+
+
+SCHEMES = {"zk": Backend.ZOOKEEPER, "zookeeper": Backend.ZOOKEEPER, "etcd": Backend.ETCD, "memory": Backend.MEMORY}
 
 _COMMON_OPTIONS = {"session_timeout": 10.0, "connect_timeout": 5.0}
 _ETCD_TLS_OPTIONS = ("ca_cert", "cert_key", "cert_cert")
 _HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
 _STORE_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
-_DEFAULT_PORTS = {"zookeeper": 2181, "etcd": 2379}
+_DEFAULT_PORTS = {Backend.ZOOKEEPER: 2181, Backend.ETCD: 2379}
 
 
 @dataclass(frozen=True)
 class RegistryURL:
     """A parsed registry URL. ``password`` is excluded from repr and comparisons."""
 
-    backend: str  # "zookeeper" | "etcd" | "memory"
+    backend: Backend
     hosts: tuple[tuple[str, int], ...]
     namespace: str  # "" or an absolute path
     session_timeout: float
@@ -72,7 +81,7 @@ def _positive_seconds(name: str, raw: object) -> float:
     return value
 
 
-def _split_hosts(backend: str, netloc: str) -> tuple[tuple[str, int], ...]:
+def _split_hosts(backend: Backend, netloc: str) -> tuple[tuple[str, int], ...]:
     if not netloc:
         raise ValueError(f"registry URL for {backend} names no host")
     hosts: list[tuple[str, int]] = []

@@ -28,10 +28,31 @@ from scheduler.cron import CronSchedule, parse_time_zone
 from sharding.assignment import CorruptNodeError
 from sharding.strategy_loader import get_strategy
 
-__all__ = ["ERROR_HANDLERS", "JobConfig", "JobType", "format_item_parameters", "parse_item_parameters"]
+__all__ = ["ERROR_HANDLERS", "ErrorHandlerName", "JobConfig", "JobType", "OwedFires", "format_item_parameters", "parse_item_parameters"]
 
 #: error handlers a configuration can name (a callable one is attached by the scheduler)
-ERROR_HANDLERS = ("LOG", "THROW", "IGNORE")
+class OwedFires(enum.Enum):
+    """What a fire that cannot run when due (the job still running, the session down, the
+    timer late) leaves behind, as the job's configuration decides."""
+
+    #: failover: each such fire, replayed in fire order — every (item, fire) at least once
+    EVERY = "every"
+    #: misfire: one run right after stands for all of them, as ElasticJob's
+    ONE = "one"
+    #: neither: skipped
+    NONE = "none"
+
+
+class ErrorHandlerName(str, enum.Enum):
+    """The built-in error handlers a configuration names (a callable is given to
+    ``add_job`` instead)."""
+
+    LOG = "LOG"
+    THROW = "THROW"
+    IGNORE = "IGNORE"
+
+
+ERROR_HANDLERS = tuple(name.value for name in ErrorHandlerName)
 
 # one registry path segment: ASCII letters, digits, '_', '.', '-', ':'; any printable
 # non-ASCII character except whitespace
@@ -97,8 +118,8 @@ class JobConfig:
                 raise ValueError(
                     f"job_type {self.job_type!r}: not one of {', '.join(t.name for t in JobType)}"
                 ) from None
-        if isinstance(self.error_handler, str):
-            object.__setattr__(self, "error_handler", self.error_handler.upper())
+        if isinstance(self.error_handler, str) and self.error_handler.upper() in ERROR_HANDLERS:
+            object.__setattr__(self, "error_handler", ErrorHandlerName(self.error_handler.upper()))
         if isinstance(self.props, Mapping):
             object.__setattr__(self, "props", _frozen_props(self.props))
         self.validate()
@@ -169,6 +190,12 @@ class JobConfig:
             raise ValueError(f"error_handler {self.error_handler!r}: not one of {', '.join(ERROR_HANDLERS)}")
 
     # -- derived views --------------------------------------------------------------------
+    @property
+    def owed_fires(self) -> OwedFires:
+        if self.failover:
+            return OwedFires.EVERY
+        return OwedFires.ONE if self.misfire else OwedFires.NONE
+
     @property
     def is_one_off(self) -> bool:
         """No cron: the job runs only when triggered."""

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from scheduler.config import ErrorHandlerName
 from scheduler.context import ShardingContext
 from scheduler.errors import JobExecutionError
 
@@ -62,7 +63,11 @@ def _ignore(ctx: ShardingContext, exc: BaseException) -> None:
     """Swallowed by configuration (error_handler=IGNORE)."""
 
 
-BUILTIN_HANDLERS: Mapping[str, ErrorHandler] = {"LOG": _log, "THROW": _throw, "IGNORE": _ignore}
+BUILTIN_HANDLERS: Mapping[ErrorHandlerName, ErrorHandler] = {
+    ErrorHandlerName.LOG: _log,
+    ErrorHandlerName.THROW: _throw,
+    ErrorHandlerName.IGNORE: _ignore,
+}
 
 
 def resolve_error_handler(handler: str | ErrorHandler | None) -> ErrorHandler:
@@ -70,9 +75,9 @@ def resolve_error_handler(handler: str | ErrorHandler | None) -> ErrorHandler:
         return _log
     if callable(handler):
         return handler
-    found = BUILTIN_HANDLERS.get(str(handler).upper())
-    if found is None:
+    try:
+        return BUILTIN_HANDLERS[ErrorHandlerName(str(handler).upper())]
+    except ValueError:
         raise ValueError(
-            f"error_handler {handler!r} is not one of {', '.join(BUILTIN_HANDLERS)} or a callable"
-        )
-    return found
+            f"error_handler {handler!r} is not one of {', '.join(h.value for h in ErrorHandlerName)} or a callable"
+        ) from None

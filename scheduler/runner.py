@@ -28,7 +28,7 @@ from registry.errors import NodeExistsError, RegistryError
 from registry.protocol import Event, EventKind, RegistryCenter
 from registry.recipes.batch import BatcherClosed, TransactionBatcher
 from registry.recipes.cache import TreeCache
-from scheduler.config import JobConfig
+from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
 from scheduler.errors import ClockSkewError, PoolShutDown
@@ -308,7 +308,7 @@ class JobRunner:
             due = schedule.next_fire(scheduled)
             now = time.time()
             if due is not None and due <= now:
-                if self._config.failover:
+                if self._config.owed_fires is OwedFires.EVERY:
                     missed = self._missed_fires(scheduled, now)
                     with self._lock:
                         for fire_time in missed:
@@ -507,10 +507,9 @@ class JobRunner:
             self._retry_later()
 
     def _owe(self, fire_time: float, *, session_down: bool, why: str = "") -> None:
-        """Remember a fire that cannot run now (lock held). With failover every such fire
-        is owed (every (item, fire) at least once), replayed in fire order; otherwise one
-        misfire stands for all, as in ElasticJob."""
-        if self._config.failover:
+        """Remember a fire that cannot run now (lock held), as ``JobConfig.owed_fires`` says."""
+        policy = self._config.owed_fires
+        if policy is OwedFires.EVERY:
             owed = self._owed
             if fire_time not in owed:
                 if owed and fire_time < owed[-1]:  # a late fire owed after the ones it missed
@@ -520,7 +519,7 @@ class JobRunner:
                 else:
                     owed.append(fire_time)
             what = "owed until the session is back" if session_down else "owed until the run ends"
-        elif self._config.misfire:
+        elif policy is OwedFires.ONE:
             if not self._owed:
                 self._owed.append(fire_time)
             what = "remembered as a misfire"

@@ -23,6 +23,7 @@ run costs two writes: the fenced mark and its removal.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import threading
@@ -70,6 +71,15 @@ class ShardingSettings:
         get_strategy(self.strategy)  # unknown names fail here, before anything is written
 
 
+class _Phase(enum.Enum):
+    NEW = "new"
+    #: registering and joining the election: changes are not reacted to yet
+    JOINING = "joining"
+    JOINED = "joined"
+    #: leaving: no reaction, no resharding, no registration again
+    STOPPING = "stopping"
+
+
 class ShardingService:
     """Sharding of ``job`` as seen from ``identity``; see the module docstring."""
 
@@ -110,9 +120,7 @@ class ShardingService:
         self._decoded: tuple[int, Assignment] | None = None
         self._last_ready: CurrentAssignment | None = None
         self._evaluation_pending = False
-        self._started = False
-        self._joined = False  # registered and in the election: reactions may begin
-        self._stopping = False
+        self._phase = _Phase.NEW
         self._reported_corrupt: set[tuple[str, int]] = set()
         self._assignment_listeners: list[Callable[[], None]] = []
         #: this instance's running mark: the fencing point of every run
@@ -132,6 +140,11 @@ class ShardingService:
             on_elected=self._on_elected,
             cache=self._cache,
         )
+
+    @property
+    def stopping(self) -> bool:
+        """The service is leaving (``stop()``): it reacts to nothing more."""
+        return self._phase is _Phase.STOPPING
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -162,24 +175,26 @@ class ShardingService:
 
     def start(self, *, server_enabled: bool = True) -> None:
         """Register this instance (and its server), join the election."""
-        if self._started:
+        if self._phase is not _Phase.NEW:
             return
-        self._started = True
+        self._phase = _Phase.JOINING
         if self._own_cache:
             self._cache.start()
         self._cache.add_listener(self._on_change, under=self.paths.root)
         self._reg.add_listener(self._on_session)
         self.membership.join(server_enabled=server_enabled)
         self._election.start(participate=server_enabled)
-        self._joined = True
+        with self._state_lock:
+            if self._phase is _Phase.JOINING:
+                self._phase = _Phase.JOINED
         self._schedule_evaluation()
 
     def stop(self) -> None:
         """Leave at once: hand leadership over and remove this instance's nodes, so the
         others reshard without waiting for any timeout."""
-        if not self._started or self._stopping:
+        if self._phase in (_Phase.NEW, _Phase.STOPPING):
             return
-        self._stopping = True
+        self._phase = _Phase.STOPPING
         self._cache.remove_listener(self._on_change, under=self.paths.root)
         self._reg.remove_listener(self._on_session)
         try:
@@ -416,7 +431,7 @@ class ShardingService:
 
     def _evaluate(self) -> bool:
         """Flag a resharding if one is needed; True if this call flagged it."""
-        if not self.is_leader or self._stopping:
+        if not self.is_leader or self.stopping:
             return False
         with self._reshard_lock:  # not while resharding: the cache lags our own writes
             return self._flag_if_needed()
@@ -428,7 +443,7 @@ class ShardingService:
             try:
                 self._reg.put(self.paths.necessary, reason.encode())
             except RegistryError:
-                if not self._stopping:
+                if not self.stopping:
                     log.warning("job %s: could not flag resharding", self.job, exc_info=True)
                 return False
             return True
@@ -439,7 +454,7 @@ class ShardingService:
         assignment is READY and unflagged afterwards; False when not (or no longer) leader."""
         with self._reshard_lock:
             for _ in range(20):
-                if not self.is_leader or self._stopping:
+                if not self.is_leader or self.stopping:
                     return False
                 outcome = self._reshard_once()
                 if outcome is not None:
@@ -492,7 +507,7 @@ class ShardingService:
                 if node is None
                 else Set(self.paths.assignment, fence.encode(), node.version)
             )
-            if not self._transact([*fence_ops, write]):
+            if not self._transact([*fence_ops, write], fence_ops):
                 return None if self.is_leader else False
             node = self._reg.get_node(self.paths.assignment)
             if node is None:
@@ -513,7 +528,7 @@ class ShardingService:
         if flag is not None:
             ops.append(Delete(self.paths.necessary, flag.version))
         ops.extend(self._departed_ops(settings, previous, running))
-        if not self._transact(ops):
+        if not self._transact(ops, fence_ops):
             return None if self.is_leader else False
         with self._state_lock:
             self._max_epoch = max(self._max_epoch, new.epoch)
@@ -616,12 +631,13 @@ class ShardingService:
             raise ShardingError(f"job {self.job}: {exc}") from None
         return {instance: tuple(items) for instance, items in checked.items()}
 
-    def _transact(self, ops: Sequence[Check | Set | Create | Delete]) -> bool:
+    def _transact(self, ops: Sequence[Check | Set | Create | Delete], fence: Sequence[Check]) -> bool:
+        """Apply a resharding transaction guarded by the election's ``fence`` ops."""
         try:
             self._reg.transaction(list(ops))
             return True
         except TransactionError as exc:
-            if exc.index in (0, 1):  # the fence: leader node and term
+            if any(exc.op is check for check in fence):  # the leader node or its term moved
                 log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
             else:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
@@ -647,7 +663,7 @@ class ShardingService:
                 return sorted(set(running) & set(self.online_instances())) if running else []
 
             while True:
-                if not self.is_leader or self._stopping:
+                if not self.is_leader or self.stopping:
                     return None
                 if marks.wait_until(lambda: not in_progress(), 1.0):
                     return marks.children(self.paths.running)
@@ -658,7 +674,7 @@ class ShardingService:
     # -- reactions ------------------------------------------------------------------------
     def _schedule_evaluation(self) -> None:
         with self._state_lock:
-            if self._evaluation_pending or self._stopping or not self._joined:
+            if self._evaluation_pending or self._phase is not _Phase.JOINED:
                 return
             self._evaluation_pending = True
         try:
@@ -685,7 +701,7 @@ class ShardingService:
 
     def _follow_own_server(self) -> None:
         """A disabled server gives up leadership and stops campaigning until enabled."""
-        if self._stopping:
+        if self.stopping:
             return
         enabled = self.server_enabled(self.identity.ip)
         if not enabled and (self._election.is_leader or self._election_participating()):
@@ -703,7 +719,7 @@ class ShardingService:
             event.path == self.membership.path and event.kind is EventKind.DELETED
         )
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
-        if own_node_gone and live and not self._stopping:
+        if own_node_gone and live and not self.stopping:
             # never shut down because our node vanished (ElasticJob does): register again
             self._executor.submit(self._reregister)
         if event.path == self.paths.assignment:
@@ -717,7 +733,7 @@ class ShardingService:
 
     def _on_session(self, state: SessionState) -> None:
         # on LOST the node is already gone: the fenced mark fails until we register again
-        if state is SessionState.CONNECTED and not self._stopping:
+        if state is SessionState.CONNECTED and not self.stopping:
             self._executor.submit(self._reregister)
 
     def _on_elected(self) -> None:
@@ -725,7 +741,7 @@ class ShardingService:
         self._schedule_evaluation()
 
     def _reregister(self) -> None:
-        if not self._stopping:
+        if not self.stopping:
             self.membership.register_again()
 
 

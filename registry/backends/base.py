@@ -17,6 +17,7 @@ every backend:
 from __future__ import annotations
 
 import abc
+import enum
 import functools
 import logging
 import queue
@@ -57,6 +58,7 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "BaseRegistry",
     "Dispatcher",
+    "OpFailure",
     "TxnOpFailed",
     "WatchRegistration",
 ]
@@ -74,15 +76,20 @@ MAX_TXN_BYTES = 1_000_000
 _STORED_MEMO = 65_536
 
 
+class OpFailure(str, enum.Enum):
+    """Why one op of a transaction failed (the error class the caller sees follows)."""
+
+    EXISTS = "exists"  # NodeExistsError
+    NO_NODE = "no_node"  # NoNodeError
+    BAD_VERSION = "bad_version"  # BadVersionError
+
+
 class TxnOpFailed(Exception):
     """Raised by a backend's ``_transaction``: op ``index`` failed for ``reason``.
+    The base class turns it into a ``TransactionError`` naming the caller's op."""
 
-    ``reason`` is one of ``"exists"``, ``"no_node"``, ``"bad_version"``.
-    The base class turns it into a ``TransactionError`` naming the caller's op.
-    """
-
-    def __init__(self, index: int, reason: str) -> None:
-        super().__init__(f"op {index}: {reason}")
+    def __init__(self, index: int, reason: OpFailure) -> None:
+        super().__init__(f"op {index}: {reason.value}")
         self.index = index
         self.reason = reason
 
@@ -94,11 +101,11 @@ def raise_first_failed_op(ops: Sequence[Op], version_of: Callable[[str], int | N
         version = version_of(op.path)
         if isinstance(op, Create):
             if version is not None:
-                raise TxnOpFailed(index, "exists")
+                raise TxnOpFailed(index, OpFailure.EXISTS)
         elif version is None:
-            raise TxnOpFailed(index, "no_node")
+            raise TxnOpFailed(index, OpFailure.NO_NODE)
         elif op.version is not None and version != op.version:
-            raise TxnOpFailed(index, "bad_version")
+            raise TxnOpFailed(index, OpFailure.BAD_VERSION)
 
 
 class Dispatcher:
@@ -282,9 +289,9 @@ class BaseRegistry(abc.ABC):
         except TxnOpFailed as failed:
             op = ops[failed.index]
             cause: RegistryError
-            if failed.reason == "exists":
+            if failed.reason is OpFailure.EXISTS:
                 cause = NodeExistsError(op.path)
-            elif failed.reason == "no_node":
+            elif failed.reason is OpFailure.NO_NODE:
                 cause = NoNodeError(op.path)
             else:
                 cause = BadVersionError(op.path, getattr(op, "version", None))

@@ -24,7 +24,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration, raise_first_failed_op
+from registry.backends.base import (
+    BaseRegistry,
+    OpFailure,
+    TxnOpFailed,
+    WatchRegistration,
+    raise_first_failed_op,
+)
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent
 from registry.protocol import Create, Delete, EventKind, Node, Op, SessionState, Set
@@ -274,16 +280,16 @@ class MemoryStore:
                 node = current(op.path)
                 if isinstance(op, Create):
                     if node is not _ABSENT:
-                        raise TxnOpFailed(index, "exists")
+                        raise TxnOpFailed(index, OpFailure.EXISTS)
                     for ancestor in ancestors(op.path):
                         if current(ancestor) is _ABSENT:
                             staged[ancestor] = (b"", None, None)
                     staged[op.path] = (op.value, None, session_id if op.ephemeral else None)
                     continue
                 if node is _ABSENT:
-                    raise TxnOpFailed(index, "no_node")
+                    raise TxnOpFailed(index, OpFailure.NO_NODE)
                 if op.version is not None and node[1] != op.version:  # type: ignore[index]
-                    raise TxnOpFailed(index, "bad_version")
+                    raise TxnOpFailed(index, OpFailure.BAD_VERSION)
                 if isinstance(op, Set):
                     staged[op.path] = (op.value, None, node[2])  # type: ignore[index]
                 elif isinstance(op, Delete):

@@ -44,7 +44,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.serialization import Transaction
 
-from registry.backends.base import TxnOpFailed
+from registry.backends.base import OpFailure, TxnOpFailed
 from registry.backends.zookeeper_io import ZkIO
 from registry.errors import RegistryError, TransactionError
 from registry.paths import ancestors, is_below
@@ -93,7 +93,7 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     assert last is not None
     step = last.step
     if step.op_type is Create and last.reason == "no_node" and not step.expansion:
-        raise TxnOpFailed(step.index, "no_node")
+        raise TxnOpFailed(step.index, OpFailure.NO_NODE)
     raise TransactionError(
         f"transaction op {step.index} kept racing concurrent changes at {client_path(step.path)} "
         f"({last.reason}); nothing was applied",
@@ -181,14 +181,14 @@ def _commit(io: ZkIO, request: Any, steps: list[_Step], deadline: float) -> None
         if isinstance(result, KzNodeExists):
             if step.expansion:
                 raise _Replan(step, "a parent appeared")
-            raise TxnOpFailed(step.index, "exists")
+            raise TxnOpFailed(step.index, OpFailure.EXISTS)
         if isinstance(result, KzNoNode):
             # A Create fails with NoNode only when a parent the plan counted on vanished.
             if step.expansion or step.op_type is Create:
                 raise _Replan(step, "no_node")
-            raise TxnOpFailed(step.index, "no_node")
+            raise TxnOpFailed(step.index, OpFailure.NO_NODE)
         if isinstance(result, KzBadVersion):
-            raise TxnOpFailed(step.index, "bad_version")
+            raise TxnOpFailed(step.index, OpFailure.BAD_VERSION)
         if isinstance(result, NotEmptyError):
             raise _Replan(step, "a child appeared below a deleted node")
         cause = io.map_error(result, step.path)

@@ -166,10 +166,11 @@ class LeaderElection:
                     if term is None
                     else Set(self._term_path, str(_term_number(term.value) + 1).encode(), term.version)
                 )
+                claim = Create(self._path, self._identifier, ephemeral=True)
                 try:
-                    self._reg.transaction([Create(self._path, self._identifier, ephemeral=True), advance])
+                    self._reg.transaction([claim, advance])
                 except TransactionError as exc:
-                    if exc.index == 0:
+                    if exc.op is claim:
                         return self._adopt_existing()
                     continue  # another candidate advanced the term meanwhile: read it again
                 except RegistryError:
