@@ -13,7 +13,7 @@ import logging
 import shlex
 import subprocess
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
@@ -27,13 +27,40 @@ KeepGoing = Callable[[], bool]
 ItemRunner = Callable[[ShardingContext, KeepGoing], None]
 
 
-def make_item_runner(config: JobConfig, target: Any) -> ItemRunner:
+class SimpleJob(Protocol):
+    """A simple job: called once per local item."""
+
+    def __call__(self, ctx: ShardingContext, /) -> object: ...
+
+
+class SimpleJobObject(Protocol):
+    """A simple job as an object (ElasticJob's ``SimpleJob.execute``)."""
+
+    def execute(self, ctx: ShardingContext, /) -> object: ...
+
+
+class DataflowJob(Protocol):
+    """A dataflow job: fetch, then process what was fetched (again while streaming)."""
+
+    def fetch_data(self, ctx: ShardingContext, /) -> list[Any]: ...
+
+    def process_data(self, ctx: ShardingContext, data: list[Any], /) -> object: ...
+
+
+#: what ``add_job`` takes as the job (a script job takes none: its command is in the config)
+JobTarget = SimpleJob | SimpleJobObject | DataflowJob
+
+
+def make_item_runner(config: JobConfig, target: JobTarget | None) -> ItemRunner:
     """Check ``target`` against ``config.job_type`` and return how to run one item."""
     if config.job_type is JobType.SIMPLE:
         fn = getattr(target, "execute", None) if not callable(target) else target
         if not callable(fn):
             raise ValueError(f"job {config.name}: a simple job needs a callable taking a ShardingContext")
-        return lambda ctx, keep_going: fn(ctx)
+        def run_simple(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+            fn(ctx)
+
+        return run_simple
     if config.job_type is JobType.DATAFLOW:
         fetch, process = getattr(target, "fetch_data", None), getattr(target, "process_data", None)
         if not callable(fetch) or not callable(process):

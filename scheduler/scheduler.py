@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, JobType
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
-from scheduler.kinds import make_item_runner
+from scheduler.kinds import JobTarget, make_item_runner
 from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
@@ -57,6 +58,16 @@ def _each(items: Sequence[T], action: Callable[[T], object]) -> None:
             pass
 
 
+@dataclass(frozen=True)
+class _Registration:
+    """A job as added: what ``start()`` (or a later ``add_job``) runs."""
+
+    config: JobConfig
+    target: JobTarget | None
+    listeners: tuple[JobListener, ...]
+    handler: ErrorHandler
+
+
 class Scheduler:
     """Distributed, sharded cron jobs over one registry (see the package docstring)."""
 
@@ -82,7 +93,7 @@ class Scheduler:
         self._max_workers = max_workers or _default_workers()
         self._coordinator_threads = coordinator_threads
         self._wait_timeout = wait_timeout
-        self._jobs: dict[str, tuple[JobConfig, Any, list[JobListener], ErrorHandler]] = {}
+        self._jobs: dict[str, _Registration] = {}
         self._runners: dict[str, JobRunner] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
@@ -152,7 +163,7 @@ class Scheduler:
     def add_job(
         self,
         config: JobConfig,
-        func: Any = None,
+        func: JobTarget | None = None,
         *,
         listeners: Iterable[JobListener] = (),
         error_handler: str | ErrorHandler | None = None,
@@ -166,7 +177,7 @@ class Scheduler:
         with self._lock:
             if config.name in self._jobs:
                 raise ValueError(f"job {config.name!r} is already added to this scheduler")
-            self._jobs[config.name] = (config, func, list(listeners), handler)
+            self._jobs[config.name] = _Registration(config, func, tuple(listeners), handler)
             start_now = self.running
         if start_now:
             self._start_job(config.name)
@@ -249,8 +260,10 @@ class Scheduler:
 
     def _start_job(self, name: str) -> None:
         assert self._runtime is not None
-        config, func, listeners, handler = self._jobs[name]
-        runner = JobRunner(self._runtime, config, make_item_runner(config, func), listeners, handler)
+        job = self._jobs[name]
+        runner = JobRunner(
+            self._runtime, job.config, make_item_runner(job.config, job.target), job.listeners, job.handler
+        )
         with self._lock:
             self._runners[name] = runner
         try:

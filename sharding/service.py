@@ -44,7 +44,7 @@ from sharding.instance import InstanceIdentity
 from sharding.layout import JobPaths, is_running_marks
 from sharding.membership import DISABLED, ENABLED, Membership
 from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
-from sharding.strategy_loader import accepts_previous, check_assignment, get_strategy
+from sharding.strategy_loader import check_assignment, get_strategy
 
 __all__ = ["ShardingService", "ShardingSettings"]
 
@@ -622,10 +622,8 @@ class ShardingService:
         instances = self.available_instances()
         strategy = get_strategy(settings.strategy)
         try:
-            if accepts_previous(strategy) and previous is not None:
-                raw = strategy(instances, self.job, settings.total, previous=previous.as_lists())
-            else:
-                raw = strategy(instances, self.job, settings.total)
+            last = None if previous is None else previous.as_lists()
+            raw = strategy(instances, self.job, settings.total, previous=last)
             checked = check_assignment(raw, instances, settings.total, settings.strategy)
         except ValueError as exc:
             raise ShardingError(f"job {self.job}: {exc}") from None

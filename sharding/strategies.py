@@ -126,5 +126,3 @@ def sticky(
         result[unit].sort()
     return result
 
-
-sticky.accepts_previous = True  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ from sharding.strategies import avg_allocation, odevity, round_robin, sticky
 __all__ = [
     "BUILTIN_STRATEGIES",
     "ENTRY_POINT_GROUP",
+    "LoadedStrategy",
     "Strategy",
     "check_assignment",
     "get_strategy",
@@ -28,20 +30,50 @@ ENTRY_POINT_GROUP = "shardjob.sharding_strategies"
 
 
 class Strategy(Protocol):
+    """What a strategy is: instances (in ElasticJob's order), job name and item count in,
+    the items of each instance out."""
+
     def __call__(self, instances: Sequence[str], job_name: str, total: int, /) -> dict[str, list[int]]: ...
 
 
-BUILTIN_STRATEGIES: dict[str, Callable[..., dict[str, list[int]]]] = {
-    "AVG_ALLOCATION": avg_allocation,
-    "ODEVITY": odevity,
-    "ROUND_ROBIN": round_robin,
-    "STICKY": sticky,
+@dataclass(frozen=True)
+class LoadedStrategy:
+    """A strategy as ``get_strategy`` hands it out: called like one, and saying whether it
+    takes ``previous=`` (the last assignment, for STICKY's fewest moves)."""
+
+    name: str
+    function: Callable[..., dict[str, list[int]]]
+    accepts_previous: bool = False
+
+    def __call__(
+        self,
+        instances: Sequence[str],
+        job_name: str,
+        total: int,
+        *,
+        previous: Mapping[str, Sequence[int]] | None = None,
+    ) -> dict[str, list[int]]:
+        if self.accepts_previous:
+            return self.function(instances, job_name, total, previous=previous)
+        return self.function(instances, job_name, total)
+
+
+BUILTIN_STRATEGIES: dict[str, LoadedStrategy] = {
+    "AVG_ALLOCATION": LoadedStrategy("AVG_ALLOCATION", avg_allocation),
+    "ODEVITY": LoadedStrategy("ODEVITY", odevity),
+    "ROUND_ROBIN": LoadedStrategy("ROUND_ROBIN", round_robin),
+    "STICKY": LoadedStrategy("STICKY", sticky, accepts_previous=True),
 }
 
 
-def accepts_previous(strategy: object) -> bool:
-    """Whether the strategy takes ``previous=`` (the last assignment), like STICKY."""
-    return bool(getattr(strategy, "accepts_previous", False))
+def _takes_previous(strategy: Callable[..., Any]) -> bool:
+    """Whether a user's strategy declares a ``previous`` parameter (or the old marker)."""
+    if getattr(strategy, "accepts_previous", False):
+        return True
+    try:
+        return "previous" in inspect.signature(strategy).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
 
 
 def check_assignment(
@@ -75,14 +107,14 @@ def check_assignment(
     return normalised
 
 
-def _validated(strategy: Callable[..., Any], name: str) -> Callable[..., dict[str, list[int]]]:
+def _validated(strategy: Callable[..., Any], name: str) -> LoadedStrategy:
+    """A user's strategy, its every result checked before anything is written."""
+
     def run(instances: Sequence[str], job_name: str, total: int, **kwargs: Any) -> dict[str, list[int]]:
         units = list(instances)
         return check_assignment(strategy(units, job_name, total, **kwargs), units, total, name)
 
-    run.accepts_previous = accepts_previous(strategy)  # type: ignore[attr-defined]
-    run.__name__ = f"validated_{name}"
-    return run
+    return LoadedStrategy(name, run, accepts_previous=_takes_previous(strategy))
 
 
 def import_object(spec: str, what: str) -> Any:
@@ -103,18 +135,18 @@ def import_object(spec: str, what: str) -> Any:
     return target
 
 
-def _as_callable(target: Any, name: str) -> Callable[..., Any]:
+def _as_callable(target: object, name: str) -> Callable[..., Any]:
     if inspect.isclass(target):
         target = target()
-    method = getattr(target, "sharding", None)  # ElasticJob-style strategy objects
+    method: object = getattr(target, "sharding", None)  # ElasticJob-style strategy objects
     if callable(method):
-        return method  # type: ignore[no-any-return]
+        return method
     if not callable(target):
         raise ValueError(f"sharding strategy {name!r} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
-def get_strategy(name: str) -> Callable[..., dict[str, list[int]]]:
+def get_strategy(name: str) -> LoadedStrategy:
     """The strategy called ``name``: built-in, ``module:attr``, or an entry point of
     group ``shardjob.sharding_strategies``. Unknown names: ``ValueError`` listing the known."""
     if not isinstance(name, str) or not name:

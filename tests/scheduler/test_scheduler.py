@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -407,7 +408,8 @@ def test_bad_config_rejected_at_add_job_before_anything_is_written(harness: Harn
     with pytest.raises(ValueError, match="sharding_strategy"):
         sched.add_job(JobConfig(name="bad", sharding_strategy="NOPE"), lambda ctx: None)
     with pytest.raises(ValueError, match="callable"):
-        sched.add_job(JobConfig(name="bad"), object())
+        not_a_job: Any = object()  # what a user may pass all the same
+        sched.add_job(JobConfig(name="bad"), not_a_job)
     reader = harness.connect(namespace)
     assert reader.children("/") == []
 
