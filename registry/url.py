@@ -6,17 +6,17 @@ naming the part that is wrong; the password never appears in a repr or an error.
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, unquote
 
 from registry.paths import validate_path
+from registry.text_enum import TextEnum
 
 __all__ = ["SCHEMES", "Backend", "RegistryURL", "parse_url"]
 
-class Backend(str, enum.Enum):
+class Backend(TextEnum):
     """The registry backend a URL names (a ``str``, so ``url.backend == "etcd"`` holds)."""
 
     MEMORY = "memory"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from registry.text_enum import TextEnum
 from scheduler.cron import CronSchedule, parse_time_zone
 from sharding.assignment import CorruptNodeError
 from sharding.strategy_loader import get_strategy
@@ -43,7 +44,7 @@ class OwedFires(enum.Enum):
     NONE = "none"
 
 
-class ErrorHandlerName(str, enum.Enum):
+class ErrorHandlerName(TextEnum):
     """The built-in error handlers a configuration names (a callable is given to
     ``add_job`` instead)."""
 

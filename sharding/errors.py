@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import enum
-
 from registry.errors import ShardJobError
+from registry.text_enum import TextEnum
 from sharding.assignment import CorruptNodeError
 
 __all__ = ["CorruptNodeError", "FenceReason", "FencedOut", "ShardingError", "ShardingTimeout"]
@@ -18,7 +17,7 @@ class ShardingTimeout(ShardingError):
     """No READY assignment arrived within the bound (the leader is busy, gone or stuck)."""
 
 
-class FenceReason(str, enum.Enum):
+class FenceReason(TextEnum):
     """Why a run's fenced mark was refused, and so what the runner does next."""
 
     #: a resharding began (or the failover queue changed): plan again with the new assignment

@@ -17,7 +17,6 @@ every backend:
 from __future__ import annotations
 
 import abc
-import enum
 import functools
 import logging
 import queue
@@ -50,6 +49,7 @@ from registry.protocol import (
     Set,
     Watch,
 )
+from registry.text_enum import TextEnum
 from registry.url import RegistryURL
 
 __all__ = [
@@ -76,7 +76,7 @@ MAX_TXN_BYTES = 1_000_000
 _STORED_MEMO = 65_536
 
 
-class OpFailure(str, enum.Enum):
+class OpFailure(TextEnum):
     """Why one op of a transaction failed (the error class the caller sees follows)."""
 
     EXISTS = "exists"  # NodeExistsError
