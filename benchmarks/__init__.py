@@ -1,4 +1,4 @@
-"""Side-by-side benchmarks of shardjob and the anchors it is measured against (DESIGN.md 7).
+"""Side-by-side benchmarks of shardjob and the anchors it is measured against.
 
 Each script measures shardjob and its anchor (the raw client, kazoo's recipe, APScheduler)
 in the same run on the same machine, so that ratios, not absolute figures, carry the

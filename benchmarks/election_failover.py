@@ -67,7 +67,8 @@ ANCHORS = {
     "etcd": "pyetcd lease + watch + create-if-absent",
 }
 TOOZ_ANCHOR = "tooz leader election on ZooKeeper (child leader SIGKILLed)"
-#: DESIGN.md 7 / servers.md: SIGKILL of the holder, 4 s session/lease, 5 runs, median (s)
+#: the anchors as first measured on this kind of machine: SIGKILL of the holder, 4 s
+#: session/lease, 5 runs, median (s); each run measures them again beside ours
 REFERENCE_4S = {
     "kazoo Election": 4.07,
     "python-etcd3 lease + watch + create-if-absent": 3.36,
@@ -524,7 +525,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 # -- BENCHMARKS.md ----------------------------------------------------------------------------
-#: the target of DESIGN.md 7: failover within this many session timeouts
+#: the project's target: failover within this many session timeouts
 TARGET_RATIO = 1.1
 _BACKEND_NAMES = {"zookeeper": "ZooKeeper", "etcd": "etcd"}
 

@@ -9,8 +9,8 @@ one also costs the backend a read to re-arm its one-shot watch). One every-secon
 whose items do nothing; once the assignment is settled and two fires have run, the counters
 are reset and K fires are counted (10, quick 3). Per instance: round trips / fires it ran.
 
-ElasticJob's count is derived, not measured, from its run algorithm
-(``../shared/reference/elasticjob.md``, "Algorithms: Run" and the registry layout): with
+ElasticJob's count is derived, not measured, from its run algorithm and registry layout
+(docs/registry-layout.md compares the two layouts): with
 ``monitorExecution`` (its default) a fire writes ``sharding/{i}/running`` for each of the
 instance's k items and deletes each afterwards (2k writes); before that it checks, per item,
 whether the item was taken over by failover, is disabled or is running (3k reads), reads the

@@ -1,5 +1,5 @@
 """BENCHMARKS.md from the benchmarks' JSON results: when, on what, the summary against the
-targets of DESIGN.md section 7, then one section (tables and charts) per benchmark.
+project's performance targets, then one section (tables and charts) per benchmark.
 
 Each benchmark module provides ``render(document, charts) -> str`` (its section) and
 ``summary(document) -> list[dict]`` (rows of the summary table: figure, target, result,
@@ -51,7 +51,7 @@ def _header(documents: dict[str, dict[str, Any]]) -> list[str]:
     lines = [
         "# Benchmarks",
         "",
-        "Measured side by side with the anchors in the same run, as DESIGN.md section 7 asks: these "
+        "Measured side by side with the anchors in the same run: these "
         "machines are shared and noisy, so read ratios and medians, never a lone absolute time.",
         "",
         f"- **Date**: {', '.join(sorted({d.get('created', '?')[:10] for d in documents.values()}))}",

@@ -33,10 +33,11 @@ restrict, Unix fires on either (Vixie, POSIX) and Quartz demands '?' in one of t
 An expression that can never fire (Feb 30) is rejected at parse time.
 
 Design notes: croniter is the reference dialect (the tests compare this module against
-it on fixed UTC clocks), but its ``get_next`` costs 15-50 us per call on an idle core
-and several times that under load (relativedelta arithmetic; croniter 7.0.0, against
-1.5-7 us here), an iterator is not thread-safe, its DST handling is not what is specified
-above, its messages do not name the field, and a few of its readings differ from Quartz
+it on fixed UTC clocks), but it is not used at run time: its ``get_next`` does calendar
+arithmetic with relativedelta on every call (an order of magnitude more CPU than the
+table walk here, on the path of every fire), an iterator is not thread-safe, its DST
+handling is not what is specified above, its messages do not name the field, and a few
+of its readings differ from Quartz
 ('5-5' is the whole cycle there, a wrapping range with a step loses its phase). So the
 expression is parsed here into per-field lookup tables and ``next_fire`` walks wall-clock
 time with integer arithmetic, handing only the wall-to-instant mapping to ``zoneinfo``
@@ -513,8 +514,8 @@ class CronSchedule:
     #: seconds east of UTC for a zone without transitions, else None
     _fixed_offset: int | None = field(repr=False, compare=False)
     #: the last answer, ``[(whole second, next fire)]``: parsed schedules are shared (an
-    #: lru cache), and jobs with one expression fire together — at 1,000 every-second jobs
-    #: the 999 after the first each ask for the same second (one tuple swap: thread-safe)
+    #: lru cache), and jobs with one expression fire together, so all but the first of
+    #: them ask for the same second (one tuple swap: thread-safe without a lock)
     _last: list[tuple[int, float | None]] = field(default_factory=list, repr=False, compare=False)
 
     @classmethod

@@ -99,10 +99,11 @@ class _LaunchedRun:
     """A launched run's items, handed out one at a time to the worker pool's tasks; the
     last item to end completes the run (clears its mark, calls the listeners).
 
-    One object with slots, each item's context made when the item starts: the closures it
-    replaces (their cells and functions, the contexts made up front — a dozen tracked
-    objects per run) lived through a burst of fires, reached the oldest GC generation and
-    set off its full collections, a pause of tens of ms in the burst's tail at 1,000 jobs."""
+    Hazard: whatever a fire allocates lives through the whole burst of fires that share
+    its second, long enough to reach the garbage collector's oldest generation, whose
+    full collections then pause the burst's tail. So a run is one object with slots, and
+    each item's context is made only when the item starts (no closures, no contexts made
+    up front)."""
 
     __slots__ = ("_left", "_lock", "_next", "_runner", "mark", "run", "task_id")
 
@@ -681,10 +682,11 @@ class JobRunner:
             return
         if missed is not None:
             log.info("job %s: running owed fire %.3f now", self.name, missed)
-            # through the timer, due at once, like any fire: its drains take fires one at a
-            # time where the registry never waits; owed fires handed to the coordinator pool
-            # ran on all its threads at once, taking turns on the GIL (at 10,000 late jobs
-            # that doubled what a fire cost)
+            # Through the timer, due at once, like any fire, so that its drains take owed
+            # fires one at a time where the registry never waits. Hazard: handed to the
+            # coordinator pool instead, a backlog of owed fires runs on all its threads at
+            # once, and threads taking turns on the GIL for work that never waits only
+            # add to what each fire costs.
             self._rt.timer.schedule((self.name, "owed", missed), missed, self.fire)
         elif self._config.failover and self._rt.cache.exists(self.paths.failover_items):
             self._rt.coordinator.submit(self.run_failover)

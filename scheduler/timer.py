@@ -61,9 +61,9 @@ class Timer:
         self._thread: threading.Thread | None = None
         self._stopped = False
         #: due callbacks waiting for a drain, in due order, with their due times beside them:
-        #: two deques, not one of (due, callback) pairs — a thousand such pairs made per
-        #: burst lived through it, reached the oldest GC generation and set off its full
-        #: collections (a pause of tens of ms at 1,000 jobs, in the burst's tail)
+        #: two deques, not one of (due, callback) pairs. Hazard: a pair made per fire lives
+        #: through the whole burst, reaches the garbage collector's oldest generation and
+        #: sets off its full collections, which pause the burst's tail
         self._ready: collections.deque[FireCallback] = collections.deque()
         self._ready_due: collections.deque[float] = collections.deque()
         #: per running drain: when its current callback started (None between callbacks)
@@ -146,11 +146,11 @@ class Timer:
     def _drain(self, drain: int) -> None:
         while True:
             with self._wake:
-                # a drain beyond ``parallel`` was started to rescue the queue from a stalled
-                # one: it leaves once none is stalled. Left running, every drain a passing
-                # stall had started (a full garbage collection at 10,000 jobs is one) stayed
-                # while the queue was never empty, and four threads taking turns on the GIL
-                # for work that never waits doubled what a fire cost
+                # A drain beyond ``parallel`` was started to rescue the queue from a stalled
+                # one: it leaves once none is stalled. Hazard: left running, the drains a
+                # passing stall started (a full garbage collection is one) stay as long as
+                # the queue is never empty, taking turns on the GIL for work that never
+                # waits, which only adds to what each fire costs
                 surplus = len(self._drains) > self._parallel and not self._any_stalled()
                 if not self._ready or self._stopped or surplus:
                     del self._drains[drain]

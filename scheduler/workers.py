@@ -150,9 +150,8 @@ class WorkerPool:
         """Park a thread just done with a task, though tasks may wait, when another thread
         is awake to take them and none is stalled: the watchdog woke the extra threads for
         a stall, and once it is over, threads taking turns on the GIL for short tasks only
-        slowed each other down and fought over the locks those tasks take (at 10,000
-        every-second jobs, what a fire cost doubled). Decided and counted under the lock,
-        so that two threads never both park and leave the queue to nobody."""
+        slow each other down and fight over the locks those tasks take. Decided and counted
+        under the lock, so that two threads never both park and leave the queue to nobody."""
         now = time.monotonic()
         with self._lock:
             if self._awake <= 1 or self._closed:

@@ -95,9 +95,10 @@ class RunTrace:
     failover: bool = False
 
     def encode(self) -> bytes:
-        # written on every fire: formatted by hand, the same text json.dumps gives (its
-        # encoder took a sixth of the time a fire held the GIL); the fields are plain —
-        # the state a known word, the items digits, commas and dashes, the time finite
+        # Written on every fire, so formatted by hand rather than through json's encoder.
+        # Hazard: hand-made JSON is only right for plain fields. The trick holds because
+        # the state is a known word, the items are digits, commas and dashes, and the
+        # time is finite; anything else goes through json, giving the same text.
         fire = self.fire_time
         if self.state not in _STATES or (fire is not None and not math.isfinite(fire)):
             return self._encode_with_json()

@@ -483,8 +483,10 @@ class ShardingService:
         if flag is None and previous is not None and previous.state is AssignmentState.READY:
             assert node is not None
             if not self._cache_caught_up(node):
-                # the judgement below reads the cache: on a stale one it would see a reason
-                # that our own last write removed, and spin on it (seen under heavy load)
+                # The judgement below reads the cache. Hazard: a cache that has not yet
+                # applied our own last write still shows the reason that write removed,
+                # and the leader would reshard again and again on it; so it waits for the
+                # cache to catch up first, bounded.
                 log.info("job %s: the cache lags the assignment; resharding waits for it", self.job)
                 return False
             if self._needs_resharding() is None:
@@ -687,8 +689,9 @@ class ShardingService:
         try:
             self._follow_own_server()
             if self.is_leader:
-                # a flag we just wrote: reshard now, not once its event has come back
-                # through the cache (under load that round trip took most of a second)
+                # A flag this leader just wrote is acted on at once: waiting for its own
+                # event to come back through the watch would delay every resharding by that
+                # round trip, which grows with the load on the registry.
                 flagged = self._evaluate()
                 if flagged or self._cache.exists(self.paths.necessary):
                     self.reshard()

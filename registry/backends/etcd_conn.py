@@ -11,7 +11,8 @@ Invariants kept here:
 
 pyetcd's client is used for its channel and stubs only: its wrapped methods mark the
 endpoint failed and close the shared watcher on any UNAVAILABLE, which this backend
-cannot afford (see shared/reference/etcd-client.md).
+cannot afford: a restart of the server would end every watch and lease keep-alive of the
+session instead of letting them resume (docs/registry.md, etcd).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ a data watch and a child watch on every node of its subtree (an ``exists`` watch
 root while it is absent), re-reading a node whenever its watch fires (which re-arms it).
 kazoo also forgets every watch when the connection drops (it does not re-register them on
 reconnect), so after any gap the whole subtree is read again and handed to ``_resync``.
-Cost: two pipelined requests per node, about 0.3-0.5 ms per node through kazoo (10,000
-nodes load in 3-5 s), paid when the watch starts and again after every reconnect.
+Cost: two pipelined requests per node, paid when the watch starts and again after every
+reconnect (BENCHMARKS.md has what that takes).
 
 Invariants kept here:
 

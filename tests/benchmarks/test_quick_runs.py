@@ -2,8 +2,7 @@
 the test session's servers; each writes its JSON with the expected keys, and the report
 renders every section and chart from them, marked as quick.
 
-No timing is asserted here (DESIGN.md 6: speed targets are benchmarks, never timed
-assertions); this only proves the benchmarks and the report still run against the
+No timing is asserted here (speed targets are benchmarks, never timed assertions); this only proves the benchmarks and the report still run against the
 current code.
 """
 

@@ -4,8 +4,8 @@ Invariant: a server counts as started only once it answers ``ruok`` with ``imok`
 client write succeeds through it (for an ensemble member: once it has joined a quorum as
 leader or follower); each server has its own work directory with config, data and log,
 and a restart keeps its port and its data (so sessions and persistent nodes survive).
-Settings follow ``shared/reference/servers.md``: tickTime 1000 ms, so the shortest
-session the server grants is 2 s, which keeps session-expiry tests fast.
+Settings: tickTime 1000 ms, so the shortest session the server grants is 2 s (twice the
+tick), which keeps session-expiry tests fast.
 """
 
 from __future__ import annotations
