@@ -1,12 +1,14 @@
 """``registry.connect(url)``: pick the backend named by the URL and open a session.
 
-Backends are imported only when asked for, so ``memory://`` users never load kazoo or grpc.
+Backends are found by name (``registry.backends.backend_class``) and imported only when
+asked for, so ``memory://`` users never load kazoo or grpc.
 """
 
 from __future__ import annotations
 
+from registry.backends import backend_class
 from registry.backends.base import BaseRegistry
-from registry.url import Backend, parse_url
+from registry.url import parse_url
 
 __all__ = ["connect"]
 
@@ -18,14 +20,4 @@ def connect(url: str, **options: object) -> BaseRegistry:
     answers within ``connect_timeout``.
     """
     parsed = parse_url(url, **options)
-    if parsed.backend is Backend.MEMORY:
-        from registry.backends.memory import MemoryRegistry
-
-        return MemoryRegistry(parsed)
-    if parsed.backend is Backend.ZOOKEEPER:
-        from registry.backends.zookeeper import ZooKeeperRegistry
-
-        return ZooKeeperRegistry(parsed)
-    from registry.backends.etcd import EtcdRegistry
-
-    return EtcdRegistry(parsed)
+    return backend_class(parsed.backend)(parsed)

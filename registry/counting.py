@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 
 from registry.protocol import (
+    Characteristic,
     Create,
     Event,
     EventCallback,
@@ -68,8 +69,8 @@ class CountingRegistry:
 
     # -- protocol ---------------------------------------------------------------------
     @property
-    def waits_on_network(self) -> bool:
-        return bool(getattr(self._inner, "waits_on_network", True))
+    def characteristics(self) -> frozenset[Characteristic]:
+        return self._inner.characteristics
 
     @property
     def url(self) -> str:

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "Characteristic",
     "Check",
     "Create",
     "Delete",
@@ -134,6 +135,17 @@ class Watch:
         return f"Watch({self.path!r}, active={self.active})"
 
 
+class Characteristic(enum.Enum):
+    """What a backend lets its callers rely on, declared by each backend (as tooz's
+    ``Characteristics``), so that nothing above the registry asks which backend it is."""
+
+    #: every call waits on a round trip to a server: callers gain by keeping several in
+    #: flight, where in-process calls are pure CPU and only take turns on the GIL
+    NETWORK = "network"
+    #: the registry outlives this process and coordinates the processes of a fleet
+    DISTRIBUTED = "distributed"
+
+
 @runtime_checkable
 class RegistryCenter(Protocol):
     """A hierarchical store with sessions, as ZooKeeper and etcd both provide.
@@ -144,6 +156,11 @@ class RegistryCenter(Protocol):
     @property
     def url(self) -> str:
         """The URL this client was opened with, password masked."""
+        ...
+
+    @property
+    def characteristics(self) -> frozenset[Characteristic]:
+        """What this backend lets callers rely on (``Characteristic``)."""
         ...
 
     @property

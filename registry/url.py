@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from urllib.parse import parse_qsl, unquote
 
 from registry.paths import validate_path
@@ -37,7 +38,7 @@ _DEFAULT_PORTS = {Backend.ZOOKEEPER: 2181, Backend.ETCD: 2379}
 class RegistryURL:
     """A parsed registry URL. ``password`` is excluded from repr and comparisons."""
 
-    backend: Backend
+    backend: Backend | str  # a str: a third party's backend (registry.backends)
     hosts: tuple[tuple[str, int], ...]
     namespace: str  # "" or an absolute path
     session_timeout: float
@@ -52,7 +53,7 @@ class RegistryURL:
 
     def masked(self) -> str:
         """The URL as text with the password replaced by ``***``."""
-        scheme = {"zookeeper": "zk"}.get(self.backend, self.backend)
+        scheme = "zk" if self.backend == Backend.ZOOKEEPER else str(self.backend)
         if self.backend == "memory":
             query = f"?link={self.link}" if self.link else ""
             return f"memory://{self.store}{self.namespace}{query}"
@@ -81,7 +82,13 @@ def _positive_seconds(name: str, raw: object) -> float:
     return value
 
 
-def _split_hosts(backend: Backend, netloc: str) -> tuple[tuple[str, int], ...]:
+def _plugin_backends() -> set[str]:
+    from registry.backends import ENTRY_POINT_GROUP
+
+    return {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _split_hosts(backend: Backend | str, netloc: str) -> tuple[tuple[str, int], ...]:
     if not netloc:
         raise ValueError(f"registry URL for {backend} names no host")
     hosts: list[tuple[str, int]] = []
@@ -92,7 +99,9 @@ def _split_hosts(backend: Backend, netloc: str) -> tuple[tuple[str, int], ...]:
         host = match.group("v6") or match.group("host")
         raw_port = match.group("port")
         if raw_port is None:
-            port = _DEFAULT_PORTS[backend]
+            if backend not in _DEFAULT_PORTS:
+                raise ValueError(f"registry URL for {backend} needs a port in host {part!r}")
+            port = _DEFAULT_PORTS[Backend(backend)]
         else:
             if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
                 raise ValueError(f"registry URL has a bad port {raw_port!r} in host {part!r}")
@@ -126,11 +135,14 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
     if not sep:
         raise ValueError("registry URL has no scheme (expected zk://, etcd:// or memory://)")
     scheme_l = scheme.lower()
-    if scheme_l not in SCHEMES:
-        raise ValueError(
-            f"registry URL has an unknown scheme {scheme!r}; known: {', '.join(sorted(SCHEMES))}"
-        )
-    backend = SCHEMES[scheme_l]
+    backend: Backend | str
+    if scheme_l in SCHEMES:
+        backend = SCHEMES[scheme_l]
+    elif scheme_l in _plugin_backends():
+        backend = scheme_l  # a third party's backend, by its entry point's name
+    else:
+        known = sorted({*SCHEMES, *_plugin_backends()})
+        raise ValueError(f"registry URL has an unknown scheme {scheme!r}; known: {', '.join(known)}")
     rest, _, fragment = rest.partition("#")
     if fragment:
         raise ValueError("registry URL must not have a fragment ('#...')")
@@ -155,11 +167,9 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
         raise ValueError(f"registry URL has a malformed query {query.split('&')[0]!r}")
     options.update(overrides)
 
-    allowed = set(_COMMON_OPTIONS)
-    if backend == "etcd":
-        allowed.update(_ETCD_TLS_OPTIONS)
-    if backend == "memory":
-        allowed.add("link")
+    from registry.backends import backend_class  # the backend owns its options
+
+    allowed = backend_class(backend).url_options
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(

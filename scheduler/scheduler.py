@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import registry
 from registry.errors import RegistryError
-from registry.protocol import RegistryCenter, SessionState
+from registry.protocol import Characteristic, RegistryCenter, SessionState
 from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, JobType
@@ -233,7 +233,7 @@ class Scheduler:
             workers = WorkerPool(self._max_workers, "shardjob-worker")
             # fires in flight at once: one when the registry's calls never wait (more
             # threads would only take turns on the GIL), else one per coordinator thread
-            in_flight = self._coordinator_threads if getattr(reg, "waits_on_network", True) else 1
+            in_flight = self._coordinator_threads if Characteristic.NETWORK in reg.characteristics else 1
             timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
             batcher = TransactionBatcher(reg).start()
             self._runtime = Runtime(

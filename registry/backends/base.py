@@ -36,6 +36,7 @@ from registry.errors import (
 )
 from registry.paths import Namespace, excluded_below, is_below, validate_path
 from registry.protocol import (
+    Characteristic,
     Check,
     Create,
     Delete,
@@ -200,9 +201,10 @@ class BaseRegistry(abc.ABC):
     """Template for backends: public methods check and translate, primitives do the I/O."""
 
     backend_name = "base"
-    #: whether a call waits on a server: callers then gain by keeping several in flight
-    #: (the scheduler's fire drains); memory's calls are pure CPU under the GIL
-    waits_on_network = True
+    #: the URL query options this backend takes (documented in its class docstring)
+    url_options: frozenset[str] = frozenset({"session_timeout", "connect_timeout"})
+    #: what callers may rely on (``registry.protocol.Characteristic``); a server's by default
+    characteristics: frozenset[Characteristic] = frozenset({Characteristic.NETWORK, Characteristic.DISTRIBUTED})
 
     def __init__(self, parsed: RegistryURL) -> None:
         self._parsed = parsed

@@ -64,9 +64,16 @@ _GT = etcdrpc.Compare.GREATER
 
 
 class EtcdRegistry(BaseRegistry):
-    """A registry client on an etcd cluster; connected (session lease granted) once built."""
+    """A registry client on an etcd cluster; connected (session lease granted) once built.
+    ``etcd://[user:password@]host:port[,host:port...][/namespace]`` (default port 2379).
+
+    URL options: ``session_timeout`` (s, default 10: the session lease's TTL),
+    ``connect_timeout`` (s, default 5), and TLS: ``ca_cert`` (the CA to trust),
+    ``cert_key`` with ``cert_cert`` (a client certificate, both or neither), each a file
+    path. ``user:password`` is etcd's user authentication."""
 
     backend_name = "etcd"
+    url_options = frozenset({"session_timeout", "connect_timeout", "ca_cert", "cert_key", "cert_cert"})
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)

@@ -33,7 +33,7 @@ from registry.backends.base import (
 )
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent
-from registry.protocol import Create, Delete, EventKind, Node, Op, SessionState, Set
+from registry.protocol import Characteristic, Create, Delete, EventKind, Node, Op, SessionState, Set
 from registry.url import RegistryURL
 
 __all__ = ["MemoryRegistry", "MemoryStore"]
@@ -389,10 +389,19 @@ class MemoryStore:
 
 
 class MemoryRegistry(BaseRegistry):
+    """A client of an in-process store: ``memory://[store][/namespace][?options]``.
+
+    URL options: ``session_timeout`` (s, default 10: how long a cut-off client keeps its
+    session), ``connect_timeout`` (s, default 5), ``link`` (a name whose clients
+    ``MemoryStore.cut_link`` severs together: a "network" for fault injection). No hosts,
+    no user or password."""
+
     """A client of a :class:`MemoryStore` with its own session."""
 
     backend_name = "memory"
-    waits_on_network = False
+    url_options = frozenset({"session_timeout", "connect_timeout", "link"})
+    #: in this process only, and its calls never wait on a network
+    characteristics: frozenset[Characteristic] = frozenset()
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)

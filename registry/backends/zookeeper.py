@@ -79,7 +79,12 @@ def _hosts_text(hosts: tuple[tuple[str, int], ...]) -> str:
 
 
 class ZooKeeperRegistry(BaseRegistry):
-    """A ZooKeeper session; see the module docstring."""
+    """A ZooKeeper session: ``zk://[user:password@]host:port[,host:port...][/namespace]``
+    (alias ``zookeeper://``, default port 2181); see the module docstring.
+
+    URL options: ``session_timeout`` (s, default 10; the server bounds it to 2-20 ticks),
+    ``connect_timeout`` (s, default 5). ``user:password`` is digest authentication: the
+    nodes this client creates are writable by that identity only, readable by all."""
 
     backend_name = "zookeeper"
 

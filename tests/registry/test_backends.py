@@ -1,0 +1,78 @@
+"""Backends are found by name, built in or through the entry-point group
+``shardjob.registry_backends``; each owns its URL options and declares its
+characteristics, so nothing above the registry asks which backend it is."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import registry
+from registry.backends import BUILTIN_BACKENDS, ENTRY_POINT_GROUP, backend_class
+from registry.backends.base import BaseRegistry
+from registry.counting import CountingRegistry
+from registry.protocol import Characteristic
+from tests.registry.plugin_backend import EchoRegistry
+
+
+@pytest.fixture
+def plugins(tmp_path: Path) -> Iterator[None]:
+    """Two entry points installed the way a package installs them: a dist-info folder
+    on ``sys.path`` with an ``entry_points.txt``."""
+    dist = tmp_path / "shardjob_echo_backend-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shardjob-echo-backend\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\n"
+        "echo = tests.registry.plugin_backend:EchoRegistry\n"
+        "bogus = tests.registry.plugin_backend:NotABackend\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_BACKENDS))
+def test_each_builtin_backend_is_found_by_name(name: str) -> None:
+    found = backend_class(name)
+    assert issubclass(found, BaseRegistry) and found.backend_name == name
+
+
+def test_a_backend_owns_its_url_options() -> None:
+    assert "link" in backend_class("memory").url_options
+    assert {"ca_cert", "cert_key", "cert_cert"} <= backend_class("etcd").url_options
+    with pytest.raises(ValueError, match=r"unknown registry option 'ca_cert' for zookeeper; known: connect_timeout"):
+        registry.parse_url("zk://127.0.0.1:2181/app?ca_cert=/ca.pem")
+
+
+def test_backends_declare_what_callers_may_rely_on() -> None:
+    assert backend_class("memory").characteristics == frozenset()
+    for name in ("zookeeper", "etcd"):
+        assert backend_class(name).characteristics == {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
+    with registry.connect("memory://backends-test/ns") as reg:
+        assert CountingRegistry(reg).characteristics == frozenset()  # a wrapper passes them on
+
+
+def test_a_third_party_backend_registers_through_the_entry_point_group(plugins: None) -> None:
+    assert backend_class("echo") is EchoRegistry
+    with registry.connect("echo://127.0.0.1:1/plugin?session_timeout=3") as reg:
+        assert isinstance(reg, EchoRegistry)
+        assert reg.characteristics == {Characteristic.DISTRIBUTED}
+        reg.put("/a", b"1")
+        assert reg.get("/a") == b"1"
+    with pytest.raises(ValueError, match="needs a port"):
+        registry.parse_url("echo://127.0.0.1/plugin")
+    with pytest.raises(ValueError, match="is not a BaseRegistry subclass"):
+        backend_class("bogus")
+
+
+def test_an_unknown_backend_names_the_known_ones(plugins: None) -> None:
+    with pytest.raises(ValueError, match=r"unknown registry backend 'nope'; known: bogus, echo, etcd, memory"):
+        backend_class("nope")
+    with pytest.raises(ValueError, match=r"unknown scheme 'nope'; known: .*echo.*zk"):
+        registry.parse_url("nope://h:1/x")
