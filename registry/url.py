@@ -128,36 +128,27 @@ def parse_url(url: str, **overrides: object) -> RegistryURL:
         raise ValueError(message) from None
 
 
-def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
-    if not isinstance(url, str):
-        raise ValueError(f"registry URL must be a str, got {type(url).__name__}")
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ValueError("registry URL has no scheme (expected zk://, etcd:// or memory://)")
-    scheme_l = scheme.lower()
-    backend: Backend | str
-    if scheme_l in SCHEMES:
-        backend = SCHEMES[scheme_l]
-    elif scheme_l in _plugin_backends():
-        backend = scheme_l  # a third party's backend, by its entry point's name
-    else:
-        known = sorted({*SCHEMES, *_plugin_backends()})
-        raise ValueError(f"registry URL has an unknown scheme {scheme!r}; known: {', '.join(known)}")
-    rest, _, fragment = rest.partition("#")
-    if fragment:
-        raise ValueError("registry URL must not have a fragment ('#...')")
-    rest, _, query = rest.partition("?")
-    netloc, slash, path = rest.partition("/")
-    namespace = "/" + path if slash else ""
-    if namespace == "/":
-        namespace = ""
-    if namespace:
-        try:
-            validate_path(unquote(namespace))
-        except ValueError as exc:
-            raise ValueError(f"registry URL has a bad namespace: {exc}") from None
-        namespace = unquote(namespace)
+def _backend_of(scheme: str) -> Backend | str:
+    lowered = scheme.lower()
+    if lowered in SCHEMES:
+        return SCHEMES[lowered]
+    if lowered in _plugin_backends():
+        return lowered  # a third party's backend, by its entry point's name
+    known = sorted({*SCHEMES, *_plugin_backends()})
+    raise ValueError(f"registry URL has an unknown scheme {scheme!r}; known: {', '.join(known)}")
 
+
+def _namespace(raw: str) -> str:
+    if raw in ("", "/"):
+        return ""
+    try:
+        validate_path(unquote(raw))
+    except ValueError as exc:
+        raise ValueError(f"registry URL has a bad namespace: {exc}") from None
+    return unquote(raw)
+
+
+def _query_options(query: str) -> dict[str, object]:
     options: dict[str, object] = {}
     for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
         if key in options:
@@ -165,8 +156,73 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
         options[key] = value
     if query and not options:
         raise ValueError(f"registry URL has a malformed query {query.split('&')[0]!r}")
-    options.update(overrides)
+    return options
 
+
+def _tls_options(options: dict[str, object]) -> dict[str, str | None]:
+    tls: dict[str, str | None] = {}
+    for name in _ETCD_TLS_OPTIONS:
+        raw = options.get(name)
+        if raw is not None and (not isinstance(raw, str) or not raw):
+            raise ValueError(f"registry URL option {name!r} must be a file path")
+        tls[name] = raw
+    if (tls["cert_key"] is None) != (tls["cert_cert"] is None):
+        raise ValueError("registry URL options 'cert_key' and 'cert_cert' must be given together")
+    return tls
+
+
+def _credentials(netloc: str) -> tuple[str | None, str | None, str]:
+    """``(user, password, hosts)`` of ``user:password@hosts``; a user needs a password."""
+    if "@" not in netloc:
+        return None, None, netloc
+    userinfo, _, hosts = netloc.rpartition("@")
+    raw_user, colon, raw_password = userinfo.partition(":")
+    if not raw_user:
+        raise ValueError("registry URL has an empty user name before '@'")
+    user = unquote(raw_user)
+    password = unquote(raw_password) if colon else None
+    if password is None or password == "":
+        raise ValueError(f"registry URL gives user {user!r} without a password")
+    return user, password, hosts
+
+
+def _memory_url(
+    netloc: str, namespace: str, options: dict[str, object], session_timeout: float, connect_timeout: float
+) -> RegistryURL:
+    if "@" in netloc:
+        raise ValueError("memory:// URLs take no user or password")
+    if not _STORE_RE.match(netloc):
+        raise ValueError(f"memory:// store name {netloc!r} may hold only letters, digits, '_', '.', '-'")
+    link = options.get("link", "")
+    if not isinstance(link, str) or not _STORE_RE.match(link):
+        raise ValueError(
+            f"memory:// option 'link' must be a name of letters, digits, '_', '.', '-', got {link!r}"
+        )
+    return RegistryURL(
+        backend=Backend.MEMORY,
+        hosts=(),
+        link=link,
+        namespace=namespace,
+        session_timeout=session_timeout,
+        connect_timeout=connect_timeout,
+        store=netloc,
+    )
+
+
+def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
+    if not isinstance(url, str):
+        raise ValueError(f"registry URL must be a str, got {type(url).__name__}")
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValueError("registry URL has no scheme (expected zk://, etcd:// or memory://)")
+    backend = _backend_of(scheme)
+    rest, _, fragment = rest.partition("#")
+    if fragment:
+        raise ValueError("registry URL must not have a fragment ('#...')")
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    namespace = _namespace("/" + path if slash else "")
+    options = {**_query_options(query), **overrides}
     from registry.backends import backend_class  # the backend owns its options
 
     allowed = backend_class(backend).url_options
@@ -181,46 +237,10 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
     connect_timeout = _positive_seconds(
         "connect_timeout", options.get("connect_timeout", _COMMON_OPTIONS["connect_timeout"])
     )
-    tls: dict[str, str | None] = {}
-    for name in _ETCD_TLS_OPTIONS:
-        raw = options.get(name)
-        if raw is not None and (not isinstance(raw, str) or not raw):
-            raise ValueError(f"registry URL option {name!r} must be a file path")
-        tls[name] = raw
-    if (tls["cert_key"] is None) != (tls["cert_cert"] is None):
-        raise ValueError("registry URL options 'cert_key' and 'cert_cert' must be given together")
-
-    if backend == "memory":
-        if "@" in netloc:
-            raise ValueError("memory:// URLs take no user or password")
-        if not _STORE_RE.match(netloc):
-            raise ValueError(f"memory:// store name {netloc!r} may hold only letters, digits, '_', '.', '-'")
-        link = options.get("link", "")
-        if not isinstance(link, str) or not _STORE_RE.match(link):
-            raise ValueError(
-                f"memory:// option 'link' must be a name of letters, digits, '_', '.', '-', got {link!r}"
-            )
-        return RegistryURL(
-            backend=backend,
-            hosts=(),
-            link=link,
-            namespace=namespace,
-            session_timeout=session_timeout,
-            connect_timeout=connect_timeout,
-            store=netloc,
-        )
-
-    user: str | None = None
-    password: str | None = None
-    if "@" in netloc:
-        userinfo, _, netloc = netloc.rpartition("@")
-        raw_user, colon, raw_password = userinfo.partition(":")
-        if not raw_user:
-            raise ValueError("registry URL has an empty user name before '@'")
-        user = unquote(raw_user)
-        password = unquote(raw_password) if colon else None
-        if password is None or password == "":
-            raise ValueError(f"registry URL gives user {user!r} without a password")
+    if backend == Backend.MEMORY:
+        return _memory_url(netloc, namespace, options, session_timeout, connect_timeout)
+    tls = _tls_options(options)
+    user, password, netloc = _credentials(netloc)
     return RegistryURL(
         backend=backend,
         hosts=_split_hosts(backend, netloc),

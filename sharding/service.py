@@ -499,21 +499,10 @@ class ShardingService:
         me = self.identity.instance_id
         planned = self._compute(settings, previous)  # a faulty strategy fails before any write
         if previous is None or previous.state is AssignmentState.READY or node is None:
-            fence = Assignment(
-                epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me, leader_version
-            )
-            if previous is not None:
-                fence = previous.with_state(AssignmentState.RESHARDING, me, leader_version)
-            write: Create | Set = (
-                Create(self.paths.assignment, fence.encode())
-                if node is None
-                else Set(self.paths.assignment, fence.encode(), node.version)
-            )
-            if not self._transact([*fence_ops, write], fence_ops):
+            fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
+            if fenced_node is None:
                 return None if self.is_leader else False
-            node = self._reg.get_node(self.paths.assignment)
-            if node is None:
-                return None
+            node = fenced_node
         running: list[str] | None = None  # the marks as last read, when that was just now
         if settings.monitor_execution:
             running = self._wait_runs_finished()
@@ -534,17 +523,7 @@ class ShardingService:
             return None if self.is_leader else False
         with self._state_lock:
             self._max_epoch = max(self._max_epoch, new.epoch)
-        # our own read path is the cache: let it catch up, or the next check sees the fence.
-        # "Caught up" is any version past the fence (our write or a later one): waiting for
-        # our exact value would miss it when the cache applies a later write first.
-        fenced = node.version
-        self._cache.wait_until(
-            lambda: (
-                (cached := self._cache.get_node(self.paths.assignment)) is not None
-                and cached.version > fenced
-            ),
-            self.wait_timeout,
-        )
+        self._wait_cache_past(node.version)
         log.info(
             "job %s: epoch %d assignment %s",
             self.job,
@@ -552,6 +531,43 @@ class ShardingService:
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
         return True
+
+    def _fence(
+        self,
+        previous: Assignment | None,
+        node: Node | None,
+        epoch: int,
+        settings: ShardingSettings,
+        leader_version: int,
+        fence_ops: Sequence[Check],
+    ) -> Node | None:
+        """Turn the assignment to RESHARDING in one transaction checked by ``fence_ops``
+        (from here no run can start under the old epoch); the node as written, or None
+        if the transaction failed or the node vanished."""
+        me = self.identity.instance_id
+        fence = Assignment(epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me, leader_version)
+        if previous is not None:
+            fence = previous.with_state(AssignmentState.RESHARDING, me, leader_version)
+        write: Create | Set = (
+            Create(self.paths.assignment, fence.encode())
+            if node is None
+            else Set(self.paths.assignment, fence.encode(), node.version)
+        )
+        if not self._transact([*fence_ops, write], fence_ops):
+            return None
+        return self._reg.get_node(self.paths.assignment)
+
+    def _wait_cache_past(self, fenced: int) -> None:
+        """Our own read path is the cache: let it catch up, or the next check sees the
+        fence. "Caught up" is any version past the fence (our write or a later one):
+        waiting for our exact value would miss it when the cache applies a later write first."""
+        self._cache.wait_until(
+            lambda: (
+                (cached := self._cache.get_node(self.paths.assignment)) is not None
+                and cached.version > fenced
+            ),
+            self.wait_timeout,
+        )
 
     def _cache_caught_up(self, node: Node) -> bool:
         """Wait (bounded) until the cache holds the assignment as read directly (or later) and no
