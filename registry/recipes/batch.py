@@ -28,8 +28,7 @@ Invariants:
   a caller that needs an order submits its next transaction once the previous is told.
 
 Hazard: callbacks run on a committer thread, one after the other. They must be quick
-and must never wait on the registry or on this batcher (``call`` from a callback would
-wait for itself); slow work goes to a pool.
+and must never wait on the registry or on this batcher; slow work goes to a pool.
 """
 
 from __future__ import annotations
@@ -134,23 +133,6 @@ class TransactionBatcher:
             self._pending.append(_Request(ops, callback, size, time.monotonic(), written))
             if len(self._pending) == 1:
                 self._wake.notify()
-
-    def call(self, ops: Sequence[Op]) -> None:
-        """Apply ``ops`` through the batcher and wait: returns once applied, or raises
-        what refused them. Never from a callback (it would wait for itself)."""
-        if threading.current_thread() in self._threads:
-            raise RuntimeError("TransactionBatcher.call from a commit callback would wait for itself")
-        done = threading.Event()
-        outcome: list[BaseException | None] = []
-
-        def finished(error: BaseException | None) -> None:
-            outcome.append(error)
-            done.set()
-
-        self.submit(ops, finished)
-        done.wait()
-        if outcome[0] is not None:
-            raise outcome[0]
 
     # -- the committer ----------------------------------------------------------------------
     def _run(self) -> None:
