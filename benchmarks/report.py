@@ -31,6 +31,7 @@ BENCHMARK_NAMES = (
     "registry_cost",
     "resharding_scale",
     "scheduler_lateness",
+    "fleet_requests",
     "registry_latency",
 )
 

@@ -30,6 +30,7 @@ BENCHMARKS = (
     "election_failover",
     "resharding_scale",
     "scheduler_lateness",
+    "fleet_requests",
 )
 assert set(BENCHMARKS) == set(BENCHMARK_NAMES), "run_all and the report list different benchmarks"
 

@@ -51,6 +51,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "election_failover",
         "resharding_scale",
         "scheduler_lateness",
+        "fleet_requests",
     }
     assert set(run_all.BENCHMARKS) == set(BENCHMARK_NAMES) == expected
 
@@ -119,6 +120,24 @@ def test_registry_cost_quick(quick_run: Path) -> None:
         assert figures["elasticjob"] == registry_cost.elasticjob_round_trips(figures["items_per_instance"])
 
 
+def test_registry_cost_counts_requests_at_the_server(quick_run: Path) -> None:
+    document = _load(quick_run, "registry_cost")
+    for figures in document["results"]:
+        counted = figures["server_requests_per_fire"]
+        if figures["backend"] == "memory":
+            assert counted is None  # no server to ask
+        else:
+            assert counted >= 1  # at least the fire's own writes reached the server
+
+
+def test_fleet_requests_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "fleet_requests")
+    assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
+    for figures in document["results"]:
+        assert figures["fires_run"] == figures["job_fires_due"] > 0  # the fleet ran every job each second
+        assert figures["server_requests_per_s"] > 0 and figures["requests_per_job_fire"] > 0
+
+
 def test_elasticjob_count_is_derived_per_item() -> None:
     # 2 writes per item (running node created and deleted), 3 checks per item, 2 reads
     assert registry_cost.elasticjob_round_trips(1) == {"writes": 2, "reads": 5, "total": 7}
@@ -143,6 +162,7 @@ def test_the_report_renders_every_section_from_quick_results(quick_run: Path) ->
         "### Registry cost per fire",
         "### Resharding at scale",
         "### Fire lateness and footprint",
+        "### A fleet's requests at the server",
         "### Registry call latency",
     ):
         assert heading in report
