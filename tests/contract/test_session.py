@@ -3,7 +3,6 @@ calls fail cleanly while the registry is unreachable, and listeners cannot stall
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from registry.backends.base import BaseRegistry
 from registry.errors import RegistryConnectionError
 from registry.protocol import EventKind, SessionState
 from tests.harness import Harness, Link
+from tests.waiting import blocked_in
 
 from . import PROMPT, SLACK, EventLog, StateLog, namespace_of, peer, session_timeout, until, wait_for
 
@@ -144,16 +144,6 @@ def _attempts_on(link: Link) -> int:
     return -1 if proxies is None else sum(proxy.refused for proxy in proxies)
 
 
-def _blocked_in(thread: threading.Thread, function: str) -> bool:
-    """``thread`` is inside a call of ``function`` right now."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        if frame.f_code.co_name == function:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def test_read_during_a_short_cut_is_retried(harness: Harness, link: Link) -> None:
     """A read issued while the link is cut waits for it (up to connect_timeout) and
     succeeds once it is back. The link is restored only once the read is seen waiting on
@@ -184,7 +174,7 @@ def test_read_during_a_short_cut_is_retried(harness: Harness, link: Link) -> Non
             def waiting() -> bool:
                 if refused >= 0:
                     return _attempts_on(link) > refused
-                return _blocked_in(reader, "wait_reachable")
+                return blocked_in(reader, "wait_reachable")
 
             wait_for(waiting, 8, interval=0.005, message="the read was never seen waiting on the cut link")
             assert reader.is_alive() and not results, f"the read returned while the link was cut: {results}"
