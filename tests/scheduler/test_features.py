@@ -352,3 +352,39 @@ def test_no_assignment_within_the_bound_is_a_sharding_timeout(
     assert time.monotonic() - began >= 1.0
     with pytest.raises(ShardingTimeout, match="cancelled"):
         sharding.ensure_ready(timeout=30.0, cancelled=lambda: True)
+
+
+def test_item_disabling_by_two_operators_at_once_loses_neither(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """Each call is one write at the version it read: two instances disabling items at the
+    same moment keep each other's; an item outside the job is refused, naming it, with
+    nothing stored changed."""
+    namespace = harness.fresh_namespace()
+    config = JobConfig(name="job", sharding_total_count=10)
+    services = [
+        start(harness, schedulers, namespace, instance, config, lambda ctx: None).runner("job").sharding
+        for instance in (A, B)
+    ]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def disable(index: int) -> None:
+        try:
+            barrier.wait(10)
+            for item in range(index * 5, index * 5 + 5):
+                services[index].set_items_disabled([item], True)
+        except BaseException as exc:  # judged below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=disable, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    reader = harness.connect(namespace)
+    assert reader.get(PATHS.disabled_items) == b"0-9"
+    with pytest.raises(ValueError, match=r"items \[10\] are not in 0..9"):
+        services[0].set_items_disabled([10], False)
+    assert reader.get(PATHS.disabled_items) == b"0-9"
