@@ -288,12 +288,15 @@ class StallingProxy(TCPProxy):
             _reset(pair.client)
             _reset(pair.upstream)
             return
-        if held:  # an orderly end while stalled: what was held goes first once flowing
-            while not self.flowing.wait(0.005):
-                if self.generation != generation:
-                    if request:
-                        self.note_dropped(sum(len(chunk) for chunk in held))
-                    return
+        if held:  # an end while stalled: what was held goes first once flowing
+            # a cut shows up here as an end of input too (it shuts our sockets): the
+            # generation, not the flow, says whether the held bytes were dropped
+            while self.generation == generation and not self.flowing.wait(0.005):
+                pass
+            if self.generation != generation:
+                if request:
+                    self.note_dropped(sum(len(chunk) for chunk in held))
+                return
             with contextlib.suppress(OSError):
                 dst.sendall(b"".join(held))
         with contextlib.suppress(OSError):
