@@ -283,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--no-misfire", action="store_true", help="skip fires that find the job still running"
     )
-    worker.add_argument("--no-monitor-execution", action="store_true", help="do not mark running items")
+    worker.add_argument(
+        "--no-monitor-execution", action="store_true", help="a resharding does not wait for running items"
+    )
     worker.add_argument(
         "--max-time-diff-seconds", type=int, default=-1, metavar="S", help="max clock skew (-1: off)"
     )

@@ -79,6 +79,8 @@ class Runtime:
     wait_timeout: float
     stopping: threading.Event
     live: Callable[[], bool]
+    #: the local clock max_time_diff_seconds compares with the registry's
+    clock: Callable[[], float] = time.time
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
@@ -567,7 +569,7 @@ class JobRunner:
         limit = self._config.max_time_diff_seconds
         if limit < 0:
             return
-        skew = self._rt.reg.server_time() - time.time()
+        skew = self._rt.reg.server_time() - self._rt.clock()
         if abs(skew) > limit:
             raise ClockSkewError(
                 f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"

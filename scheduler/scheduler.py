@@ -79,7 +79,11 @@ class Scheduler:
         max_workers: int | None = None,
         coordinator_threads: int = 4,
         wait_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: the local wall clock that ``max_time_diff_seconds`` compares with the
+        registry's (``time.time``; another source, e.g. one with an offset, only for that
+        check — the timer always runs on ``time.time``)."""
         if isinstance(registry_center, str):
             registry.parse_url(registry_center)  # a bad URL fails here, not at start()
         elif not isinstance(registry_center, RegistryCenter):
@@ -93,6 +97,7 @@ class Scheduler:
         self._max_workers = max_workers or _default_workers()
         self._coordinator_threads = coordinator_threads
         self._wait_timeout = wait_timeout
+        self._clock = clock
         self._jobs: dict[str, _Registration] = {}
         self._runners: dict[str, JobRunner] = {}
         self._lock = threading.RLock()
@@ -248,6 +253,7 @@ class Scheduler:
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
+                clock=self._clock,
             )
             reg.add_listener(self._on_session)
             timer.start()

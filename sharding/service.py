@@ -376,9 +376,32 @@ class ShardingService:
         self._reg.put(self.paths.server(ip), ENABLED if enabled else DISABLED)
 
     def set_items_disabled(self, items: Sequence[int], disabled: bool) -> None:
-        current = self.disabled_items()
-        updated = current | set(items) if disabled else current - set(items)
-        self._reg.put(self.paths.disabled_items, encode_items(updated).encode())
+        """Disable (or enable) ``items`` of this job: ONE write at the version read from the
+        registry (not the cache), retried on a race, so a concurrent change is never lost."""
+        bad = [
+            i
+            for i in items
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self._settings.total
+        ]
+        if bad:
+            raise ValueError(f"job {self.job}: items {bad} are not in 0..{self._settings.total - 1}")
+        path = self.paths.disabled_items
+        for _ in range(10):
+            node = self._reg.get_node(path)
+            try:
+                current = set(decode_items(node.value.decode())) if node is not None and node.value else set()
+            except (UnicodeDecodeError, ValueError) as exc:
+                self._report_corrupt(path, node.version if node is not None else -1, str(exc))
+                current = set()
+            updated = current | set(items) if disabled else current - set(items)
+            value = encode_items(updated).encode()
+            op = Create(path, value) if node is None else Set(path, value, node.version)
+            try:
+                self._reg.transaction([op])
+                return
+            except TransactionError:
+                continue  # changed since the read: read it again
+        raise ShardingError(f"job {self.job}: {path} kept changing; items {sorted(items)} not updated")
 
     def request_resharding(self, reason: str = "requested") -> None:
         self._reg.put(self.paths.necessary, reason.encode())

@@ -14,6 +14,7 @@ from registry.backends.base import BaseRegistry
 from registry.errors import RegistryConnectionError
 from registry.protocol import EventKind, SessionState
 from tests.harness import Harness, Link
+from tests.waiting import blocked_in
 
 from . import PROMPT, SLACK, EventLog, StateLog, namespace_of, peer, session_timeout, until, wait_for
 
@@ -137,22 +138,53 @@ def test_calls_fail_cleanly_while_cut_off_then_session_resumes(harness: Harness,
         reg.close()
 
 
+def _attempts_on(link: Link) -> int:
+    """Connection attempts a cut proxy link refused so far (-1 for memory's links)."""
+    proxies = getattr(link, "proxies", None)
+    return -1 if proxies is None else sum(proxy.refused for proxy in proxies)
+
+
 def test_read_during_a_short_cut_is_retried(harness: Harness, link: Link) -> None:
+    """A read issued while the link is cut waits for it (up to connect_timeout) and
+    succeeds once it is back. The link is restored only once the read is seen waiting on
+    it: a connection attempt refused by the cut proxy since the read began (memory: the
+    read blocked waiting for its link), the read not returned."""
     reg = _connect_through(link, harness.fresh_namespace(), session_timeout=30, connect_timeout=8)
     try:
         reg.put("/x", b"v")
         link.cut()
-        # the link comes back while the read below is retrying; the timer is the outage itself
-        restorer = threading.Timer(0.5, link.restore)
-        restorer.start()
+        refused = _attempts_on(link)
+        results: dict[str, object] = {}
+        began = threading.Event()
+
+        def read() -> None:
+            began.set()
+            try:
+                results["value"] = reg.get("/x")
+                results["children"] = reg.children("/")
+            except BaseException as exc:  # handed to the test below
+                results["error"] = exc
+
+        reader = threading.Thread(target=read, name="cut-read", daemon=True)
+        start = time.monotonic()
+        reader.start()
         try:
-            start = time.monotonic()
-            assert reg.get("/x") == b"v"
-            assert reg.children("/") == ["x"]
-            assert time.monotonic() - start < 8 + SLACK
+            assert began.wait(PROMPT), "the read did not begin"
+
+            def waiting() -> bool:
+                if refused >= 0:
+                    return _attempts_on(link) > refused
+                return blocked_in(reader, "wait_reachable")
+
+            wait_for(waiting, 8, interval=0.005, message="the read was never seen waiting on the cut link")
+            assert reader.is_alive() and not results, f"the read returned while the link was cut: {results}"
         finally:
-            restorer.cancel()
             link.restore()
+        reader.join(8 + SLACK)
+        assert not reader.is_alive(), "the read did not return after the link came back"
+        assert "error" not in results, f"the read failed: {results['error']!r}"
+        assert results == {"value": b"v", "children": ["x"]}
+        assert time.monotonic() - start < 8 + SLACK
     finally:
         reg.close()
 

@@ -31,9 +31,11 @@ faults' own durations (a pause, a cut), each an ``Event.wait`` saying so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import select
 import signal
 import socket
 import threading
@@ -41,7 +43,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from registry.errors import RegistryError
 from registry.protocol import RegistryCenter
@@ -57,7 +59,7 @@ from tests.scenarios.checks import (
     recovery_point,
 )
 from tests.scenarios.workers import Fleet, Worker
-from tests.servers.proxy import TCPProxy
+from tests.servers.proxy import TCPProxy, _reset
 from tests.waiting import wait_for
 
 __all__ = [
@@ -207,28 +209,6 @@ def subtree_paths(reg: RegistryCenter, root: str) -> set[str]:
     return found
 
 
-class _GatedSocket:
-    """The sending side of one proxied direction, held while its proxy is stalled."""
-
-    def __init__(self, sock: socket.socket, proxy: StallingProxy) -> None:
-        self._sock = sock
-        self._proxy = proxy
-        self._generation = proxy.generation
-
-    def sendall(self, data: bytes) -> None:
-        # the proxy's own pump thread waits here, not a test: bytes are held until the
-        # link flows again, and dropped (as a reset) if it was cut meanwhile
-        while not self._proxy.flowing.wait(0.005):
-            if self._proxy.generation != self._generation:
-                raise ConnectionResetError("link cut while stalled")
-        if self._proxy.generation != self._generation:
-            raise ConnectionResetError("link cut while stalled")
-        self._sock.sendall(data)
-
-    def shutdown(self, how: int) -> None:
-        self._sock.shutdown(how)
-
-
 class StallingProxy(TCPProxy):
     """A :class:`TCPProxy` that can also *stall*: connections stay open but no byte moves
     either way, so whatever a client sent meanwhile is in flight with no answer. ``cut()``
@@ -239,7 +219,25 @@ class StallingProxy(TCPProxy):
         self.flowing = threading.Event()
         self.flowing.set()
         self.generation = 0
+        self._counts = threading.Lock()
+        #: (time.time() when held, bytes) of each request chunk a stall held
+        self.held_requests: list[tuple[float, int]] = []
+        #: request bytes a cut dropped while they were held
+        self.dropped_request_bytes = 0
         super().__init__(target_host, target_port)
+
+    def note_held(self, size: int) -> None:
+        with self._counts:
+            self.held_requests.append((time.time(), size))
+
+    def note_dropped(self, size: int) -> None:
+        with self._counts:
+            self.dropped_request_bytes += size
+
+    def held_since(self, moment: float) -> int:
+        """Request bytes held by a stall from ``moment`` on."""
+        with self._counts:
+            return sum(size for at, size in self.held_requests if at >= moment)
 
     def stall(self) -> None:
         self.flowing.clear()
@@ -253,7 +251,65 @@ class StallingProxy(TCPProxy):
         self.flowing.set()
 
     def _pump(self, pair: Any, src: socket.socket, dst: socket.socket) -> None:
-        super()._pump(pair, src, cast(socket.socket, _GatedSocket(dst, self)))
+        """Forward ``src`` to ``dst``; while stalled, keep reading and hold what arrives
+        (each request chunk noted with its time), send it on ``restore()``, drop it on
+        ``cut()``. Reading on while stalled is what lets a test see *which* request is
+        held, not only the first one."""
+        request = dst is pair.upstream
+        generation = self.generation
+        held: list[bytes] = []
+        try:
+            while True:
+                if self.generation != generation:
+                    raise ConnectionResetError("link cut while stalled")
+                if held and self.flowing.is_set():
+                    dst.sendall(b"".join(held))
+                    held.clear()
+                # a short poll, so a stall's end or a cut is noticed without new bytes
+                ready, _, _ = select.select(
+                    [src], [], [], 0.005 if held or not self.flowing.is_set() else 0.05
+                )
+                if not ready:
+                    continue
+                data = src.recv(65536)
+                if not data:
+                    break
+                if self.flowing.is_set() and not held:
+                    dst.sendall(data)
+                else:
+                    held.append(data)
+                    if request:
+                        self.note_held(len(data))
+        except (OSError, ValueError):  # ValueError: select on a socket the cut closed
+            if request and held:
+                self.note_dropped(sum(len(chunk) for chunk in held))
+            with self._lock:
+                self._pairs.discard(pair)
+            _reset(pair.client)
+            _reset(pair.upstream)
+            return
+        if held:  # an end while stalled: what was held goes first once flowing
+            # a cut shows up here as an end of input too (it shuts our sockets): the
+            # generation, not the flow, says whether the held bytes were dropped
+            while self.generation == generation and not self.flowing.wait(0.005):
+                pass
+            if self.generation != generation:
+                if request:
+                    self.note_dropped(sum(len(chunk) for chunk in held))
+                return
+            with contextlib.suppress(OSError):
+                dst.sendall(b"".join(held))
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+        with self._lock:
+            pair.finished += 1
+            done = pair.finished == 2
+            if done:
+                self._pairs.discard(pair)
+        if done:
+            for sock in (pair.client, pair.upstream):
+                with contextlib.suppress(OSError):
+                    sock.close()
 
 
 def _count(pattern: str, text: str) -> int:
@@ -334,6 +390,28 @@ class ChaosRun:
             interval=0.005,
             message=lambda: f"{worker.instance_id} never finished its run:\n{worker.describe()}",
         )
+
+    def wait_session_expired(self, worker: Worker, timeout: float) -> float:
+        """Until the server has dropped ``worker``'s registration (its ephemeral instance
+        node, ZooKeeper's session or etcd's lease gone), while the worker is paused or cut
+        off; returns when. Fails with "fault did not land" otherwise: a scenario about an
+        expired session must not judge recovery from one that never expired."""
+        path = self.paths.instance(worker.instance_id)
+
+        def gone() -> bool:
+            try:
+                return not self.observer.exists(path)
+            except RegistryError:
+                return False
+
+        try:
+            wait_for(gone, timeout, interval=0.02)
+        except AssertionError:
+            raise AssertionError(
+                f"fault did not land: {worker.instance_id}'s registration {path} still there "
+                f"{timeout:g}s into the fault (session not expired)"
+            ) from None
+        return time.time()
 
     # -- phases -----------------------------------------------------------------------
     def live_ids(self) -> set[str]:

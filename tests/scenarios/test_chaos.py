@@ -26,6 +26,7 @@ import pytest
 import registry
 from registry.protocol import Event, EventKind, RegistryCenter
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError
+from sharding.failover import RunTrace
 from tests.harnesses.common import build_url
 from tests.scenarios.chaos import (
     HOLD,
@@ -168,65 +169,87 @@ def test_sigkill_of_a_worker_mid_run(stage: Stage, failover: bool) -> None:
 
 
 # -- 2. SIGKILL of the leader during a resharding --------------------------------------
+#: joins tried before the leader-kill scenario gives up on killing mid-resharding
+LEADER_KILL_ATTEMPTS = 4
+
+
 def test_sigkill_of_the_leader_during_a_resharding(stage: Stage) -> None:
+    """A worker joins; the leader is SIGKILLed as soon as the observer sees the resharding
+    begin (the flag or the fenced assignment). A kill that came after the new epoch was
+    written is not this fault: the scenario settles and tries again with another join,
+    and fails with "fault did not land" after ``LEADER_KILL_ATTEMPTS``."""
     run = stage.run("leader-kill", "SIGKILL of the leader as a 4th worker joins", failover=True)
     run.fleet.start(*instance_ids("l", 3))
-    run.settle()
-    leader_id = run.leader()
-    leader = run.fleet.worker(leader_id)
-    before = run.assignment()
-    assert before is not None
     paths = run.paths
-    killed = threading.Event()
+    dead: set[str] = set()
     fault: list[float] = []
+    for attempt in range(1, LEADER_KILL_ATTEMPTS + 1):
+        run.settle()
+        leader_id = run.leader()
+        leader = run.fleet.worker(leader_id)
+        before = run.assignment()
+        assert before is not None
+        killed = threading.Event()
+        fault.clear()
 
-    def on_change(event: Event) -> None:
-        # the resharding begins when the leader flags it or fences the assignment: kill
-        # the leader from the observer's event thread, as close behind as we can get. On
-        # ZooKeeper a fast leader's flag and fence can both be gone before the observer
-        # reads them (it reports states, not every write): then the new epoch is the first
-        # sign, and the kill lands just after it (noted below)
-        if killed.is_set():
-            return
-        flagged = event.path == paths.necessary and event.kind is not EventKind.DELETED
-        fenced = advanced = False
-        if event.path == paths.assignment and event.value is not None:
-            try:
-                seen = Assignment.decode(paths.assignment, event.value)
-            except CorruptNodeError:
-                pass
-            else:
-                fenced = seen.state is AssignmentState.RESHARDING
-                advanced = seen.epoch > before.epoch
-        if flagged or fenced or advanced:
-            fault.append(time.time())
-            leader.send(signal.SIGKILL)
-            killed.set()
+        def on_change(
+            event: Event, before: Assignment = before, leader: Any = leader, killed: Any = killed
+        ) -> None:
+            # the resharding begins when the leader flags it or fences the assignment: kill
+            # the leader from the observer's event thread, as close behind as we can get. On
+            # ZooKeeper a fast leader's flag and fence can both be gone before the observer
+            # reads them (it reports states, not every write): then the new epoch is the
+            # first sign, the kill lands after it, and the attempt does not count
+            if killed.is_set():
+                return
+            flagged = event.path == paths.necessary and event.kind is not EventKind.DELETED
+            fenced = advanced = False
+            if event.path == paths.assignment and event.value is not None:
+                try:
+                    seen = Assignment.decode(paths.assignment, event.value)
+                except CorruptNodeError:
+                    pass
+                else:
+                    fenced = seen.state is AssignmentState.RESHARDING
+                    advanced = seen.epoch > before.epoch
+            if flagged or fenced or advanced:
+                fault.append(time.time())
+                leader.send(signal.SIGKILL)
+                killed.set()
 
-    watch = run.observer.watch(paths.root, on_change)
-    try:
-        newcomer = run.fleet.spawn(instance_ids("l", 4)[-1])[0]
-        wait_for(
-            killed.is_set,
-            30.0,
-            interval=0.01,
-            message=lambda: f"no resharding began:\n{run.fleet.describe()}",
+        watch = run.observer.watch(paths.root, on_change)
+        try:
+            newcomer = run.fleet.spawn(f"127.0.0.1@-@l-{3 + attempt}")[0]
+            wait_for(
+                killed.is_set,
+                30.0,
+                interval=0.01,
+                message=lambda: f"no resharding began:\n{run.fleet.describe()}",
+            )
+        finally:
+            watch.cancel()
+        leader.kill()
+        dead.add(leader_id)
+        flag_left = run.observer.exists(paths.necessary)
+        after = run.assignment()
+        landed = (
+            after is None
+            or after.state is AssignmentState.RESHARDING
+            or (flag_left and after.epoch == before.epoch)
         )
-    finally:
-        watch.cancel()
-    leader.kill()
-    flag_left = run.observer.exists(paths.necessary)
-    after = run.assignment()
-    if (
-        after is None
-        or after.state is AssignmentState.RESHARDING
-        or (flag_left and after.epoch == before.epoch)
-    ):
-        run.notes.append(f"the kill landed mid-resharding (epoch {before.epoch} fenced or flagged)")
+        newcomer.wait_ready()
+        if landed:
+            run.notes.append(
+                f"the kill landed mid-resharding (epoch {before.epoch} fenced or flagged), attempt {attempt}"
+            )
+            break
+        assert after is not None
+        run.notes.append(f"attempt {attempt}: the kill came just after epoch {after.epoch} was written")
     else:
-        run.notes.append(f"the kill landed just after epoch {after.epoch} was written")
-    newcomer.wait_ready()
-    assert_passed(run.finish(fault[0], fault[0], dead={leader_id}))
+        raise AssertionError(
+            f"fault did not land: no kill mid-resharding in {LEADER_KILL_ATTEMPTS} attempts: {run.notes}"
+        )
+    assert_passed(run.finish(fault[0], fault[0], dead=dead))
 
 
 # -- 3. SIGSTOP past the session timeout, then SIGCONT ---------------------------------
@@ -243,7 +266,10 @@ def test_sigstop_of_the_leader_past_the_session_timeout(stage: Stage) -> None:
     fault_at = time.time()
     paused.pause()
     try:
-        deliberate_wait(2 * SESSION_TIMEOUT)
+        # the server must drop the paused worker's registration before it resumes: then
+        # the pause lasts out the scenario's 2 x timeout
+        run.wait_session_expired(paused, 3 * SESSION_TIMEOUT + 5)
+        deliberate_wait(max(0.0, fault_at + 2 * SESSION_TIMEOUT - time.time()))
     finally:
         paused.resume()
     fault_end = time.time()
@@ -259,7 +285,6 @@ def test_sigstop_of_the_leader_past_the_session_timeout(stage: Stage) -> None:
             result.problems.append(f"{paused.instance_id} never ran again after SIGCONT")
 
     assert_passed(run.finish(fault_at, fault_end, extra_checks=never_stale))
-
 
 
 def test_sigstop_of_a_worker_within_the_session_timeout(stage: Stage) -> None:
@@ -285,6 +310,7 @@ def test_sigstop_of_a_worker_within_the_session_timeout(stage: Stage) -> None:
     finally:
         paused.resume()
     assert_passed(run.finish(fault_at, time.time()))
+
 
 # -- 4. the registry: a single server restarted, a cluster member lost -----------------
 def test_registry_server_restart(stage: Stage) -> None:
@@ -332,7 +358,9 @@ def test_network_cut_of_a_worker_past_the_session_timeout(stage: Stage) -> None:
     fault_at = time.time()
     proxy.cut()
     try:
-        deliberate_wait(2 * SESSION_TIMEOUT + 1)
+        # the server must drop the cut worker's registration before the link is back
+        run.wait_session_expired(cut, 3 * SESSION_TIMEOUT + 5)
+        deliberate_wait(max(0.0, fault_at + 2 * SESSION_TIMEOUT + 1 - time.time()))
     finally:
         proxy.restore()
     fault_end = time.time()
@@ -353,17 +381,55 @@ def test_run_end_lost_in_flight(stage: Stage, failover: bool) -> None:
     run.fleet.start(*ids, urls={flapped_id: stage.url(address=proxy.address)})
     run.settle()
     flapped = run.fleet.worker(flapped_id)
-    run.wait_running(flapped)
+    mark = run.paths.running_of(flapped_id)
+    # a run of the flapped worker caught before any of its items ended (its mark read by
+    # the observer, none of its fire's records written yet), so its run end comes after
+    # the stall; a run seen too late is let go and the next one tried
+    caught: tuple[float, int] | None = None
+    for _ in range(10):
+        run.wait_running(flapped)
+        raw = run.observer.get(mark)
+        if raw is None:
+            continue
+        trace = RunTrace.decode(mark, raw)
+        if trace.state != "running" or trace.fire_time is None:
+            continue
+        fire, share = trace.fire_time, len(trace.items)
+        if not any(r.fire_time == fire for r in flapped.records()):
+            caught = (fire, share)
+            break
+        run.wait_between_runs(flapped)
+    assert caught is not None, f"fault did not land: no run of {flapped_id} caught in progress"
+    fire, share = caught
     fault_at = time.time()
     proxy.stall()
     try:
         # the items end HOLD s after their mark appeared; the mark's removal follows at
-        # once and is then held in the stalled link
-        deliberate_wait(HOLD + 0.15)
+        # once and is held in the stalled link: seen held (request bytes the proxy held
+        # after the run's last item ended) before the cut drops it. Bounded well inside
+        # the session timeout, which the flap must not reach.
+        def run_end_held() -> bool:
+            ended = [r.end for r in flapped.records() if r.fire_time == fire]
+            return len(ended) >= share and proxy.held_since(max(ended)) > 0
+
+        try:
+            wait_for(run_end_held, SESSION_TIMEOUT / 2, interval=0.005)
+        except AssertionError:
+            raise AssertionError(
+                f"fault did not land: no request of {flapped_id} held after its run ended "
+                f"(fire {fire:.0f}, {share} items, held {proxy.held_requests}):\n{run.fleet.describe()}"
+            ) from None
         proxy.cut()
     finally:
         proxy.restore()
     fault_end = time.time()
+    # the proxy's pump threads see the cut within a poll: then they count what they dropped
+    wait_for(
+        lambda: proxy.dropped_request_bytes > 0,
+        2.0,
+        message="fault did not land: the cut dropped no held request",
+    )
+    run.notes.append(f"{proxy.dropped_request_bytes} request bytes held and dropped")
     assert_passed(run.finish(fault_at, fault_end))
 
 

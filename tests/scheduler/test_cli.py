@@ -19,6 +19,8 @@ import pytest
 import registry
 from scheduler import JobConfig
 from sharding.layout import JobPaths
+from tests.conftest import close_harness, make_harness
+from tests.harness import Harness
 from tests.scenarios.workers import EVERY_SECOND, JOB_SPEC, REPO_ROOT, Fleet, Worker
 from tests.servers.external import ExternalServer
 from tests.servers.ports import LOOPBACK, free_port
@@ -151,6 +153,40 @@ def test_memory_worker_runs_its_items_and_exits_0_on_signal(memory_fleet: Fleet,
     assert "Traceback" not in worker.stderr_file.read_text()
 
 
+@pytest.fixture(params=["zookeeper", "etcd"])
+def server_harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """A real registry (the session's ZooKeeper or etcd server)."""
+    made = make_harness(request.param, request)
+    try:
+        yield made
+    finally:
+        close_harness(made)
+
+
+def test_worker_on_a_real_registry_leaves_it_on_sigint(server_harness: Harness, tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) on ZooKeeper and etcd: exit 0, and the worker's instance node is gone
+    from the registry as soon as it has exited — removed by its graceful shutdown, not by
+    the session's expiry (10 s here)."""
+    namespace = server_harness.fresh_namespace()
+    fleet = Fleet(server_harness.url(namespace, session_timeout=10), tmp_path, job="job", total=2)
+    observer = server_harness.connect(namespace)
+    try:
+        worker = fleet.start("127.0.0.1@-@sigint")[0]
+        wait_for(
+            lambda: {r.item for r in worker.records()} == {0, 1},
+            20,
+            interval=0.1,
+            message=lambda: f"both items run:\n{worker.describe()}",
+        )
+        assert observer.children(JobPaths("job").instances) == [worker.instance_id]
+        assert worker.terminate(sig=signal.SIGINT) == 0, worker.describe()
+        assert observer.children(JobPaths("job").instances) == [], "the instance node outlived the worker"
+        assert f"worker {worker.instance_id} stopped" in worker.stdout_file.read_text()
+        assert "Traceback" not in worker.stderr_file.read_text()
+    finally:
+        fleet.close()
+
+
 def test_worker_whose_job_cannot_start_exits_1(
     zk_server: ZooKeeperServer | ExternalServer, tmp_path: Path
 ) -> None:
@@ -231,10 +267,16 @@ def covers_all_once(row: dict[str, list[int]], total: int, only: Sequence[str]) 
     return sorted(ran) == list(range(total)) and not others
 
 
-def test_demo_shows_instances_and_items_moving_and_exits_0() -> None:
+def test_demo_shows_instances_and_items_moving_and_exits_0(harness: Harness) -> None:
+    """``shardjob demo`` on its own memory registry, and with ``--registry`` on ZooKeeper
+    and etcd."""
     assert CONSOLE_SCRIPT.is_file(), f"no console script at {CONSOLE_SCRIPT}"
+    registry_args: list[str] = []
+    if harness.name != "memory":
+        url = harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout)
+        registry_args = ["--registry", url]
     done = subprocess.run(
-        [str(CONSOLE_SCRIPT), "demo"],
+        [str(CONSOLE_SCRIPT), "demo", *registry_args],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -243,6 +285,8 @@ def test_demo_shows_instances_and_items_moving_and_exits_0() -> None:
     )
     out = done.stdout
     assert done.returncode == 0, f"exit {done.returncode}\n{out}\n{done.stderr}"
+    scheme = {"memory": "memory", "zookeeper": "zk", "etcd": "etcd"}[harness.name]
+    assert f"registry {scheme}://" in out, out
     demo = parse_demo(out)
     assert len(demo.ids) >= 2 and len(set(demo.ids.values())) == len(demo.ids), out
     assert sorted(demo.columns) == sorted(demo.ids), out

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from registry.protocol import RegistryCenter
 from scheduler import JobConfig, Scheduler, ShardingContext
+from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
 
@@ -34,17 +36,31 @@ class Journal:
         self.lock = threading.Lock()
         self.executions: list[Execution] = []
 
+        #: items running now, by instance
+        self.active: dict[str, int] = {}
+
     def job(self, instance: str, hold: float) -> Callable[[ShardingContext], None]:
         def run(ctx: ShardingContext) -> None:
             start = time.time()
-            if hold:
-                threading.Event().wait(hold)  # the item's own work: it takes this long
             with self.lock:
-                self.executions.append(
-                    Execution(instance, ctx.sharding_item, ctx.fire_time, start, time.time(), ctx.failover)
-                )
+                self.active[instance] = self.active.get(instance, 0) + 1
+            try:
+                if hold:
+                    threading.Event().wait(hold)  # the item's own work: it takes this long
+            finally:
+                with self.lock:
+                    self.active[instance] -= 1
+                    self.executions.append(
+                        Execution(
+                            instance, ctx.sharding_item, ctx.fire_time, start, time.time(), ctx.failover
+                        )
+                    )
 
         return run
+
+    def running(self, instance: str) -> bool:
+        with self.lock:
+            return self.active.get(instance, 0) > 0
 
     def pairs(self) -> set[tuple[int, float]]:
         with self.lock:
@@ -58,6 +74,14 @@ class Journal:
             if a.item == b.item and a.instance != b.instance and b.start < a.end:
                 found.append((a, b))
         return found
+
+
+def inside_a_run(journal: Journal, observer: RegistryCenter, instance: str) -> Callable[[], bool]:
+    """``instance`` is inside a run: its running mark is in the registry (read directly:
+    caches leave marks out) and one of its items is running."""
+    mark = JobPaths("job").running_of(instance)
+    # an item running before and after the read of the mark: the read fell inside the run
+    return lambda: journal.running(instance) and observer.exists(mark) and journal.running(instance)
 
 
 @pytest.fixture
@@ -98,7 +122,8 @@ def test_cut_off_instance_leaves_no_fire_unrun(
 
     wait_for(lambda: runs_of(victim.instance_id) >= 2, 30, message="the victim runs its items")
     # cut while the victim is inside a run: its items are held for 0.3 s after each fire
-    wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+    observer = harness.connect(namespace)
+    wait_for(inside_a_run(journal, observer, victim.instance_id), 5, interval=0.005, message="inside a run")
     cut_at = time.time()
     link.cut()
     survivors = [s.instance_id for s in cluster[:2]]
@@ -152,7 +177,10 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
     try:
         sched.start()
         wait_for(lambda: len(journal.pairs()) >= 4, 30, message="two fires run")
-        wait_for(lambda: 0.1 < time.time() % 1 < 0.3, 2, message="inside a run")
+        observer = harness.connect(namespace)
+        wait_for(
+            inside_a_run(journal, observer, sched.instance_id), 5, interval=0.005, message="inside a run"
+        )
         link.cut()
         service = sched.runner("job").sharding
         wait_for(lambda: service.mark_in_doubt, 20, message="the mark's removal failed")
@@ -212,7 +240,8 @@ def test_a_failover_owner_that_dies_too_hands_its_entries_on(
             30,
             message="c runs its items",
         )
-        wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+        observer = harness.connect(namespace)
+        wait_for(inside_a_run(journal, observer, ids["c"]), 5, interval=0.005, message="inside a run")
         c_link.cut()
         wait_for(lambda: b_failover, timeout + 30, message="b runs c's items as failover")
         b_link.cut()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.servers.env import parse_hosts
+from tests.servers.env import ETCD_ENV, ZK_ENV, parse_hosts
 
 __all__ = ["ExternalServer"]
 
@@ -51,14 +51,23 @@ class ExternalServer:
                     )
                 time.sleep(0.2)
 
+    def cannot(self, action: str) -> str:
+        """Why a test that must ``action`` this server is skipped, in full (``-ra`` prints it)."""
+        variable = ZK_ENV if self.kind == "zookeeper" else ETCD_ENV
+        return (
+            f"external server: cannot {action} the {self.kind} at {self.address} ({variable} is set, so "
+            f"this test session did not start it and has no control of its process); unset {variable} "
+            f"to run this test against a server the suite starts itself"
+        )
+
     def restart(self, downtime: float = 0.0) -> None:
-        pytest.skip("external server: cannot restart")
+        pytest.skip(self.cannot("restart"))
 
     def stop(self) -> None:
-        pytest.skip("external server: cannot stop")
+        pytest.skip(self.cannot("stop"))
 
     def kill(self) -> None:
-        pytest.skip("external server: cannot kill")
+        pytest.skip(self.cannot("kill"))
 
     def __repr__(self) -> str:
         return f"<ExternalServer {self.kind} {self.address}>"

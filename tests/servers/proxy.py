@@ -58,6 +58,8 @@ class TCPProxy:
         self._cut = False
         self._closed = False
         self.accepted = 0  # connections forwarded so far (for tests of the proxy itself)
+        #: connection attempts reset on arrival while cut: a client seen trying the link
+        self.refused = 0
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"proxy-{self.port}", daemon=True)
         self._acceptor.start()
 
@@ -120,6 +122,8 @@ class TCPProxy:
                 _reset(client)
                 return
             if self._cut:
+                with self._lock:
+                    self.refused += 1
                 _reset(client)
                 continue
             threading.Thread(
@@ -139,6 +143,7 @@ class TCPProxy:
         pair = _Pair(client, upstream)
         with self._lock:
             if self._cut or self._closed:
+                self.refused += 1
                 _reset(client)
                 _reset(upstream)
                 return
