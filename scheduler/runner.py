@@ -15,6 +15,7 @@ thread count does not grow with the number of jobs.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
+from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner
 from scheduler.timer import Timer
@@ -73,6 +75,7 @@ class Runtime:
     wait_timeout: float
     stopping: threading.Event
     live: Callable[[], bool]
+    observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
@@ -395,13 +398,14 @@ class JobRunner:
                 "job %s: trigger node holds %r, not a fire time; running with now", self.name, stamp[:40]
             )
             fire_time = time.time()
-        self.fire(fire_time)
+        self.fire(fire_time, TRIGGER)
 
     # -- runs ---------------------------------------------------------------------------
-    def fire(self, fire_time: float) -> None:
+    def fire(self, fire_time: float, source: str = NORMAL) -> None:
         """Run this instance's items for ``fire_time`` (coordinator thread)."""
         if self._rt.stopping.is_set():
             return
+        self._rt.observer.fire_due(self.name, fire_time, source)
         with self._lock:
             if self._running or not self._live():
                 self._owe(fire_time, session_down=not self._running)
@@ -410,8 +414,9 @@ class JobRunner:
         started = False
         retry = False
         try:
-            started = self._start_run(fire_time)
+            started = self._start_run(fire_time, source)
         except FencedOut as exc:
+            self._rt.observer.run_fenced(self.name, fire_time, exc.reason)
             if exc.reason == "registry":
                 # the outcome is unknown and the session may well be alive, so nobody else
                 # covers this fire: owe it and try again shortly (a mark the server applied
@@ -457,6 +462,7 @@ class JobRunner:
         else:
             what = "skipped"
         log.info("job %s: fire %.3f %s", self.name, fire_time, f"{what} ({why})" if why else what)
+        self._rt.observer.fire_deferred(self.name, fire_time, "owed" if self._config.failover else "misfire" if self._config.misfire else "skipped")
 
     def forget_owed(self) -> None:
         """The session expired: the fires owed meanwhile are the failover queue's now (the
@@ -503,7 +509,7 @@ class JobRunner:
                 f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"
             )
 
-    def _start_run(self, fire_time: float) -> bool:
+    def _start_run(self, fire_time: float, source: str = NORMAL) -> bool:
         self._check_clock()
         sharding = self.sharding
         for attempt in range(3):
@@ -512,7 +518,7 @@ class JobRunner:
             if not items:
                 return False
             try:
-                return self._launch(current, items, fire_time)
+                return self._launch(current, items, fire_time, source=source)
             except FencedOut as exc:
                 # a resharding began between reading the assignment and marking: plan this
                 # fire again with the new one rather than dropping it
@@ -527,6 +533,7 @@ class JobRunner:
         fire_time: float,
         *,
         claimed: Sequence[FailoverEntry] = (),
+        source: str = NORMAL,
     ) -> bool:
         """Mark (the fence), then hand the items to the worker pool; True once launched."""
         mark = self.sharding.mark_running(current, items, fire_time, claimed=claimed)
@@ -542,6 +549,7 @@ class JobRunner:
         for listener in self._listeners:
             self._call_listener(listener.before_job, run)
         launched = _LaunchedRun(self, run, mark, self._task_id(run))
+        self._rt.observer.run_started(run, FAILOVER if claimed else source, launched.task_id)
         # one task per worker, each taking the run's next item until none is left: items
         # still start as soon as a worker is free, without a task per item (a run of
         # thousands of items would otherwise queue thousands of them)
@@ -581,9 +589,12 @@ class JobRunner:
         return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
 
     def _run_item(self, run: JobRun, ctx: ShardingContext) -> None:
+        self._rt.observer.item_started(run, ctx)
         try:
             self._item_runner(ctx, self._keep_going)
+            self._rt.observer.item_ended(run, ctx, None)
         except Exception as exc:
+            self._rt.observer.item_ended(run, ctx, exc)
             run.errors[ctx.sharding_item] = exc
             try:
                 self._error_handler(ctx, exc)
@@ -593,6 +604,7 @@ class JobRunner:
     def _complete(self, run: JobRun, mark: RunMark) -> None:
         self.sharding.clear_running(mark)
         run.finished = time.time()
+        self._rt.observer.run_ended(run)
         for listener in self._listeners:
             self._call_listener(listener.after_job, run)
         self._run_ended()
@@ -613,7 +625,7 @@ class JobRunner:
             # time where the registry never waits; owed fires handed to the coordinator pool
             # ran on all its threads at once, taking turns on the GIL (at 10,000 late jobs
             # that doubled what a fire cost)
-            self._rt.timer.schedule((self.name, "owed", missed), missed, self.fire)
+            self._rt.timer.schedule((self.name, "owed", missed), missed, functools.partial(self.fire, source=OWED if self._config.failover else MISFIRE))
         elif self._config.failover and self._rt.cache.exists(self.paths.failover_items):
             self._rt.coordinator.submit(self.run_failover)
 
