@@ -146,13 +146,20 @@ class _StateCollector:
         failover = GaugeMetricFamily(
             "shardjob_failover_entries_queued", "Failover entries waiting for an owner", labels=["job", "instance"]
         )
+        epoch = GaugeMetricFamily(
+            "shardjob_assignment_epoch",
+            "The job's assignment epoch as cached here; each resharding adds one",
+            labels=["job", "instance"],
+        )
         state = snapshot(sched)
         session.add_metric([instance], 1.0 if state.connected else 0.0)
         for job in state.jobs:
             leader.add_metric([job.name, instance], 1.0 if job.leader else 0.0)
             registered.add_metric([job.name, instance], 1.0 if job.registered else 0.0)
             failover.add_metric([job.name, instance], float(job.failover_queued))
+            epoch.add_metric([job.name, instance], float(job.epoch))
         yield session
+        yield epoch
         yield leader
         yield registered
         yield failover
@@ -163,3 +170,24 @@ class _StateCollector:
             )
             buffered.add_metric([instance], float(history.buffered))
             yield buffered
+        yield from _registry_calls(sched, instance)
+
+
+def _registry_calls(sched: Scheduler, instance: str) -> Iterator[Any]:
+    """Round trips by operation, when the scheduler was given a ``CountingRegistry``."""
+    from prometheus_client.core import CounterMetricFamily
+
+    from registry.counting import CountingRegistry
+
+    try:
+        reg = sched.registry
+    except RuntimeError:
+        return
+    if not isinstance(reg, CountingRegistry):
+        return
+    calls = CounterMetricFamily(
+        "shardjob_registry_calls", "Registry round trips by operation", labels=["instance", "operation"]
+    )
+    for operation, count in sorted(reg.calls.items()):
+        calls.add_metric([instance, operation], float(count))
+    yield calls

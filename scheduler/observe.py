@@ -65,6 +65,7 @@ class JobState:
     registered: bool
     leader: bool
     failover_queued: int
+    epoch: int
     cached: dict[str, str]
 
 
@@ -96,18 +97,20 @@ def snapshot(sched: Scheduler, *, with_cache: bool = False) -> SchedulerState:
                 runner = sched.runner(name)
                 service = runner.sharding
             except (KeyError, RuntimeError):
-                jobs.append(JobState(name, False, False, 0, {}))
+                jobs.append(JobState(name, False, False, 0, 0, {}))
                 continue
             cache = rt.cache
             cached: dict[str, str] = {}
             if with_cache:
                 _walk(cache, runner.paths.root, cached)
+            assignment = service.current()
             jobs.append(
                 JobState(
                     name=name,
                     registered=bool(service.registered),
                     leader=bool(service.is_leader),
                     failover_queued=len(cache.children(runner.paths.failover_items)),
+                    epoch=0 if assignment is None else assignment.epoch,
                     cached=cached,
                 )
             )

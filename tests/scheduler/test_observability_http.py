@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from registry.counting import CountingRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.http import HttpEndpoint, parse_address
 from tests.harness import Harness
@@ -55,15 +56,12 @@ def value(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str
 
 
 def test_metrics_after_a_known_sequence_of_fires(harness: Harness, cleanup: list[Scheduler | HttpEndpoint]) -> None:
-    sched = Scheduler(harness.url(harness.fresh_namespace()), max_workers=2)
+    counting = CountingRegistry(harness.connect(harness.fresh_namespace()))
+    sched = Scheduler(counting, max_workers=2)
     cleanup.append(sched)
     lock = threading.Lock()
     outcomes = {"success": 0, "failure": 0}
-    stop_counting = threading.Event()
-
     def job(ctx: ShardingContext) -> None:
-        if stop_counting.is_set():
-            raise RuntimeError("after the count")  # counted as failure, see below
         with lock:
             outcomes["success" if ctx.sharding_item == 0 else "failure"] += 1
         if ctx.sharding_item == 1:
@@ -92,10 +90,15 @@ def test_metrics_after_a_known_sequence_of_fires(harness: Harness, cleanup: list
     assert value(found, "shardjob_leader", job="m") == 1
     assert value(found, "shardjob_job_registered", job="m") == 1
     assert value(found, "shardjob_history_rows_dropped_total") == 0
+    assert value(found, "shardjob_assignment_epoch", job="m") >= 1
+    assert value(found, "shardjob_registry_calls_total", instance=instance) == pytest.approx(
+        counting.round_trips, abs=5
+    )  # the background (leader checks, a reconcile) may make a call between the two reads
+    assert value(found, "shardjob_registry_calls_total", operation="transaction") >= runs  # a fenced mark per run
     # label values stay bounded: no fire times, no messages
     for name, labels in found:
         if name.startswith("shardjob_"):
-            assert {k for k, _ in labels} <= {"job", "instance", "source", "outcome", "what", "reason", "le"}, name
+            assert {k for k, _ in labels} <= {"job", "instance", "source", "outcome", "what", "reason", "operation", "le"}, name
 
 
 def test_two_schedulers_in_one_process_keep_separate_metrics(
