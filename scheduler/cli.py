@@ -24,6 +24,8 @@ import registry
 from registry.errors import RegistryConnectionError, RegistryError
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
+from scheduler.history.engine import HistoryUnavailable
+from scheduler.metrics import MetricsUnavailable
 from scheduler.scheduler import Scheduler
 from sharding.strategy_loader import import_object
 
@@ -268,17 +270,36 @@ def _history(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     since = parse_since(args.since) if args.since else None
-    with HistoryReader(args.history) as reader:
-        rows = reader.executions(args.job, item=args.item, since=since, failed=args.failed, limit=args.limit)
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        raise HistoryUnavailable("shardjob history needs SQLAlchemy: pip install 'shardjob[history]'") from None
+    try:
+        with HistoryReader(args.history) as reader:
+            rows = reader.executions(args.job, item=args.item, since=since, failed=args.failed, limit=args.limit)
+    except SQLAlchemyError as exc:
+        print(f"shardjob: history database error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     if args.json:
         print(json.dumps([row.to_json() for row in rows], indent=2))
         return EXIT_OK
-    header = ("start (UTC)", "job", "item", "source", "instance", "secs", "result")
+    header = ("fire (UTC)", "started", "job", "item", "source", "instance", "secs", "result")
     table = [header]
     for r in rows:
         took = "" if r.end_time is None else f"{r.end_time - r.start_time:.3f}"
         result = "ok" if r.success else (r.failure_cause or r.outcome)
-        table.append((_iso(r.start_time), r.job_name, str(r.sharding_item), r.source, r.instance_id, took, result))
+        table.append(
+            (
+                _iso(r.fire_time)[:19],
+                _iso(r.start_time)[11:23],
+                r.job_name,
+                str(r.sharding_item),
+                r.source,
+                r.instance_id,
+                took,
+                result,
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
@@ -397,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _history(args)
         return _worker(args)
     except ValueError as exc:
+        print(f"shardjob: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (HistoryUnavailable, MetricsUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:

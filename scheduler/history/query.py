@@ -61,6 +61,12 @@ class StatusTrace:
 
 class HistoryReader:
     def __init__(self, url: str) -> None:
+        if isinstance(url, str) and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            from pathlib import Path
+
+            path = Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+            if not path.exists():  # connecting would create an empty file in its place
+                raise ValueError(f"no history database at {path} (from {url!r})")
         self._engine = make_engine(url)
 
     def close(self) -> None:

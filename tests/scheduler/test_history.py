@@ -244,3 +244,5 @@ def test_bad_history_url_is_a_clear_error() -> None:
         Scheduler("memory://x/bad", history="mysql://db/x")
     with pytest.raises(ValueError, match="database URL"):
         HistoryWriter("runs.db")
+    with pytest.raises(ValueError, match="no history database"):
+        HistoryReader("sqlite:////nonexistent/runs.db")
