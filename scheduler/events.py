@@ -48,6 +48,9 @@ class RunObserver:
     def run_ended(self, run: JobRun) -> None:
         """Every item of the run ended and its mark is cleared."""
 
+    def resharded(self, job: str, epoch: int, seconds: float) -> None:
+        """This instance, as leader, wrote the job's assignment ``epoch`` in ``seconds``."""
+
 
 class Observers(RunObserver):
     """Fans each event out to several observers; one that raises is logged, never felt."""
@@ -109,3 +112,10 @@ class Observers(RunObserver):
                 o.run_ended(run)
             except Exception:
                 log.exception("observer %r failed on run_ended", o)
+
+    def resharded(self, job: str, epoch: int, seconds: float) -> None:
+        for o in self._observers:
+            try:
+                o.resharded(job, epoch, seconds)
+            except Exception:
+                log.exception("observer %r failed on resharded", o)

@@ -77,6 +77,16 @@ class MetricsObserver(RunObserver):
             buckets=_LATENESS_BUCKETS,
             registry=r,
         )
+        self.reshardings = pc.Counter(
+            "shardjob_reshardings", "Assignments this instance wrote as the job's leader", labels, registry=r
+        )
+        self.resharding_duration = pc.Histogram(
+            "shardjob_resharding_duration_seconds",
+            "Time a resharding took on the leader (fence to new assignment cached)",
+            labels,
+            buckets=_LATENESS_BUCKETS,
+            registry=r,
+        )
         self.history_dropped = pc.Counter(
             "shardjob_history_rows_dropped",
             "History rows dropped because the buffer was full (database down or slow)",
@@ -104,6 +114,10 @@ class MetricsObserver(RunObserver):
         self.runs.labels(run.job_name, self._instance, source).inc()
         if source == NORMAL:
             self.lateness.labels(run.job_name, self._instance).observe(max(0.0, run.started - run.fire_time))
+
+    def resharded(self, job: str, epoch: int, seconds: float) -> None:
+        self.reshardings.labels(job, self._instance).inc()
+        self.resharding_duration.labels(job, self._instance).observe(seconds)
 
     def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
         import time

@@ -193,6 +193,7 @@ class JobRunner:
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,
+            on_resharded=functools.partial(self._rt.observer.resharded, self.name),
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)

@@ -116,6 +116,7 @@ class ShardingService:
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
         missed_fires: MissedFires | None = None,
+        on_resharded: Callable[[int, float], None] | None = None,
     ) -> None:
         self._reg = reg
         self.paths = JobPaths(job)
@@ -136,6 +137,7 @@ class ShardingService:
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
+        self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
         self._last_fire: float | None = None
         self._registration = _Registration()
         #: a running-mark write ended with an unknown outcome (``mark_in_doubt``)
@@ -578,6 +580,7 @@ class ShardingService:
             return False
 
     def _reshard_once(self) -> bool | None:
+        started = time.monotonic()
         leader_version = self._election.leader_version
         if leader_version is None:
             return False
@@ -659,6 +662,8 @@ class ShardingService:
             new.epoch,
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
+        if self._on_resharded is not None:
+            self._on_resharded(new.epoch, time.monotonic() - started)
         return True
 
     def _cache_caught_up(self, node: Node) -> bool:

@@ -57,6 +57,9 @@ class HistoryRecorder(RunObserver):
     def run_fenced(self, job: str, fire_time: float, reason: str) -> None:
         self._trace(job, "", "NORMAL", "", fire_time, "FENCED_OUT", f"running mark refused: {reason}")
 
+    def resharded(self, job: str, epoch: int, seconds: float) -> None:
+        self._trace(job, "", "NORMAL", "", 0.0, "RESHARDED", f"epoch {epoch} written in {seconds:.3f}s")
+
     def run_started(self, run: JobRun, source: str, task_id: str) -> None:
         with self._lock:
             self._runs[id(run)] = (source, task_id)

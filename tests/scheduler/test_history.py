@@ -83,7 +83,7 @@ def test_normal_failed_and_triggered_runs_are_recorded(
     # the status trace: RUNNING then ERROR (item 1 failed) for each run
     with HistoryReader(history_url) as reader:
         states = {t.state for t in reader.status_trace("settle", limit=None)}
-    assert {"RUNNING", "ERROR"} <= states
+    assert {"RUNNING", "ERROR", "RESHARDED"} <= states
 
 
 @pytest.mark.parametrize("failover", [False, True], ids=["misfire", "owed"])

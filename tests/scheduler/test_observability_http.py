@@ -90,7 +90,11 @@ def test_metrics_after_a_known_sequence_of_fires(harness: Harness, cleanup: list
     assert value(found, "shardjob_leader", job="m") == 1
     assert value(found, "shardjob_job_registered", job="m") == 1
     assert value(found, "shardjob_history_rows_dropped_total") == 0
-    assert value(found, "shardjob_assignment_epoch", job="m") >= 1
+    epoch = value(found, "shardjob_assignment_epoch", job="m")
+    assert epoch >= 1
+    # the only instance leads: it wrote every assignment there is
+    assert value(found, "shardjob_reshardings_total", job="m") == epoch
+    assert value(found, "shardjob_resharding_duration_seconds_count", job="m") == epoch
     assert value(found, "shardjob_registry_calls_total", instance=instance) == pytest.approx(
         counting.round_trips, abs=5
     )  # the background (leader checks, a reconcile) may make a call between the two reads
