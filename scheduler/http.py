@@ -88,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = snapshot(self.server.sched)
         problems = []
         if not state.started:
-            problems.append("not started")
+            problems.append("not running (not started, or shut down)")
         elif not state.connected:
             problems.append("registry session not connected")
         problems += [f"job {j.name} not registered" for j in state.jobs if not j.registered]

@@ -9,6 +9,7 @@ outcome, reason) — never a fire time or an error message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -120,13 +121,9 @@ class MetricsObserver(RunObserver):
         self.resharding_duration.labels(job, self._instance).observe(seconds)
 
     def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
-        import time
-
         self._starts[(id(run), ctx.sharding_item)] = time.perf_counter()
 
     def item_ended(self, run: JobRun, ctx: ShardingContext, error: BaseException | None) -> None:
-        import time
-
         start = self._starts.pop((id(run), ctx.sharding_item), None)
         if start is not None:
             self.duration.labels(run.job_name, self._instance).observe(time.perf_counter() - start)

@@ -116,7 +116,7 @@ def snapshot(sched: Scheduler, *, with_cache: bool = False) -> SchedulerState:
             )
     return SchedulerState(
         instance_id=sched.instance_id,
-        started=rt is not None,
+        started=rt is not None and sched.running,
         connected=connected,
         jobs=tuple(jobs),
         failed_jobs={k: str(v) for k, v in sched.failed_jobs.items()},

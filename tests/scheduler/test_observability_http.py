@@ -159,6 +159,9 @@ def test_health_readiness_and_dump(harness: Harness, cleanup: list[Scheduler | H
         link.restore()
     wait_for(lambda: get(base + "/readyz")[0] == 200, 30, message="ready again after the cut")
     assert get(base + "/nope")[0] == 404
+    sched.shutdown(wait=True)
+    assert get(base + "/healthz")[0] == 503  # shut down: not alive any more
+    assert get(base + "/readyz")[0] == 503
 
 
 def test_parse_address() -> None:
