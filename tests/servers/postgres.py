@@ -56,7 +56,8 @@ def postgres_available() -> str | None:
 def _as_postgres(argv: list[str]) -> list[str]:
     if os.geteuid() != 0:
         return argv
-    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--", *argv]
+    # --pdeathsig again after the uid change: changing credentials clears the one set before
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--pdeathsig", "KILL", "--", *argv]
 
 
 class PostgresServer(ServerProcess):
