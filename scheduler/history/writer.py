@@ -25,6 +25,8 @@ log = logging.getLogger("scheduler.history")
 
 #: seconds between two "rows dropped" warnings while the loss goes on
 _LOSS_LOG_INTERVAL = 10.0
+#: seconds between two "database unavailable" warnings while it stays down
+_DOWN_LOG_INTERVAL = 60.0
 
 
 class HistoryWriter:
@@ -69,6 +71,8 @@ class HistoryWriter:
         self._schema_ready = False
         self._next_retention = 0.0
         self._last_loss_log = 0.0
+        self._down_since: float | None = None
+        self._last_down_log = 0.0
         #: rows dropped because the buffer was full
         self.dropped = 0
         #: rows written
@@ -145,12 +149,24 @@ class HistoryWriter:
                     self.enforce_retention()
             except Exception as exc:
                 self.errors += 1
-                log.warning("history database unavailable (%s); %d rows waiting", exc, self.buffered)
+                now = time.monotonic()
+                if self._down_since is None or now - self._last_down_log >= _DOWN_LOG_INTERVAL:
+                    self._last_down_log = now
+                    log.warning("history database unavailable (%s); %d rows waiting", exc, self.buffered)
+                if self._down_since is None:
+                    self._down_since = now
                 progressed = False
                 if stopping:
                     return
                 self._stop.wait(self._retry_interval)
                 continue
+            if self._down_since is not None:
+                log.warning(
+                    "history database back after %.1fs; %d rows dropped so far",
+                    time.monotonic() - self._down_since,
+                    self.dropped,
+                )
+                self._down_since = None
             if stopping and not progressed:
                 return
             if not progressed:

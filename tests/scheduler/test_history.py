@@ -239,6 +239,13 @@ def test_parse_since() -> None:
     assert parse_since("1970-01-01T01:00") == 3600.0
 
 
+def test_worker_with_a_bad_history_url_exits_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["worker", "--registry", "memory://bad-history", "--job", "tests.scenarios.recording_job:record",
+            "--cron", EVERY_SECOND, "--history", "mysql://db/x"]  # fmt: skip
+    assert main(argv) == 2
+    assert "scheme 'mysql'" in capsys.readouterr().err
+
+
 def test_bad_history_url_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="scheme 'mysql'"):
         Scheduler("memory://x/bad", history="mysql://db/x")
