@@ -153,9 +153,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
     if external:
         yield external
         return
-    missing = postgres_available()
-    if missing is not None:
-        pytest.fail(f"cannot start PostgreSQL: {missing}; run ./scripts/test to install it", pytrace=False)
+    _need_local(postgres_available())
     server = PostgresServer(_workdir(tmp_path_factory, "postgres"))
     try:
         server.start()
