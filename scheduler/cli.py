@@ -269,42 +269,61 @@ def _history(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.trace and (args.item is not None or args.failed):
+        raise ValueError("--trace lists state changes of whole runs: --item and --failed do not apply")
     since = parse_since(args.since) if args.since else None
     try:
         from sqlalchemy.exc import SQLAlchemyError
     except ImportError:
         raise HistoryUnavailable("shardjob history needs SQLAlchemy: pip install 'shardjob[history]'") from None
+    table: list[tuple[str, ...]]
     try:
         with HistoryReader(args.history) as reader:
-            rows = reader.executions(args.job, item=args.item, since=since, failed=args.failed, limit=args.limit)
+            if args.trace:
+                traces = reader.status_trace(args.job, since=since, limit=args.limit)
+                found: list[Any] = list(traces)
+                table = [("at (UTC)", "fire (UTC)", "job", "items", "source", "instance", "state", "message")]
+                table += [
+                    (
+                        _iso(t.creation_time)[:23],
+                        _iso(t.fire_time)[:19] if t.fire_time else "",
+                        t.job_name,
+                        t.sharding_items,
+                        t.source,
+                        t.instance_id,
+                        t.state,
+                        t.message or "",
+                    )
+                    for t in traces
+                ]
+            else:
+                runs = reader.executions(args.job, item=args.item, since=since, failed=args.failed, limit=args.limit)
+                found = list(runs)
+                table = [("fire (UTC)", "started", "job", "item", "source", "instance", "secs", "result")]
+                table += [
+                    (
+                        _iso(r.fire_time)[:19],
+                        _iso(r.start_time)[11:23],
+                        r.job_name,
+                        str(r.sharding_item),
+                        r.source,
+                        r.instance_id,
+                        "" if r.end_time is None else f"{r.end_time - r.start_time:.3f}",
+                        "ok" if r.success else (r.failure_cause or r.outcome),
+                    )
+                    for r in runs
+                ]
     except SQLAlchemyError as exc:
         print(f"shardjob: history database error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:
-        print(json.dumps([row.to_json() for row in rows], indent=2))
+        print(json.dumps([row.to_json() for row in found], indent=2))
         return EXIT_OK
-    header = ("fire (UTC)", "started", "job", "item", "source", "instance", "secs", "result")
-    table = [header]
-    for r in rows:
-        took = "" if r.end_time is None else f"{r.end_time - r.start_time:.3f}"
-        result = "ok" if r.success else (r.failure_cause or r.outcome)
-        table.append(
-            (
-                _iso(r.fire_time)[:19],
-                _iso(r.start_time)[11:23],
-                r.job_name,
-                str(r.sharding_item),
-                r.source,
-                r.instance_id,
-                took,
-                result,
-            )
-        )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
-    if not rows:
-        print("(no runs recorded)")
+    if not found:
+        print("(nothing recorded)")
     return EXIT_OK
 
 
@@ -401,6 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--failed", action="store_true", help="only failed runs")
     history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
     history.add_argument("--json", action="store_true", help="a JSON list of objects instead of a table")
+    history.add_argument(
+        "--trace",
+        action="store_true",
+        help="state changes of runs instead (RUNNING, FINISHED, ERROR, and fires not run: "
+        "OWED, MISFIRE, SKIPPED, FENCED_OUT; RESHARDED)",
+    )
     return parser
 
 

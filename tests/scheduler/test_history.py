@@ -229,6 +229,14 @@ def test_history_cli_lists_json_and_table(
     table = capsys.readouterr().out
     assert "ValueError: item 1 fails" in table and sched.instance_id in table
 
+    assert main(["history", "c", "--trace", "--json", "--history", history_url]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert {"RUNNING", "ERROR", "RESHARDED"} <= {t["state"] for t in trace}
+    assert main(["history", "c", "--trace", "--history", history_url]) == 0
+    assert "items failed: 1" in capsys.readouterr().out
+    assert main(["history", "--trace", "--failed", "--history", history_url]) == 2
+    capsys.readouterr()
+
     assert main(["history", "--since", "yesterday", "--history", history_url]) == 2
     assert "--since 'yesterday'" in capsys.readouterr().err
 
