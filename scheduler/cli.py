@@ -1,5 +1,6 @@
-"""``shardjob``: ``demo`` (no set-up, several instances in one process) and ``worker`` (one
-worker process for real deployments and docker-compose).
+"""``shardjob``: ``demo`` (no set-up, several instances in one process), ``worker`` (one
+worker process for real deployments and docker-compose) and ``history`` (the recorded
+item runs, from the history database).
 
 Exit codes a script can rely on: 0 done (or stopped by SIGTERM/SIGINT after a graceful
 shutdown), 2 bad usage or configuration, 3 registry unreachable, 1 anything else.
@@ -23,6 +24,8 @@ import registry
 from registry.errors import RegistryConnectionError, RegistryError
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
+from scheduler.history.engine import HistoryUnavailable
+from scheduler.metrics import MetricsUnavailable
 from scheduler.scheduler import Scheduler
 from sharding.strategy_loader import import_object
 
@@ -205,8 +208,11 @@ def _worker(args: argparse.Namespace) -> int:
         script_command_line=args.script or "",
         streaming_process=args.streaming,
     )
-    sched = Scheduler(args.registry, instance_id=args.instance_id, max_workers=args.max_workers)
+    sched = Scheduler(
+        args.registry, instance_id=args.instance_id, max_workers=args.max_workers, history=args.history
+    )
     sched.add_job(config, target)
+    endpoint = sched.serve_http(args.http) if args.http else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -221,9 +227,103 @@ def _worker(args: argparse.Namespace) -> int:
         print(f"shardjob: job {config.name!r} could not start: {failed}", file=sys.stderr)
         return EXIT_ERROR
     print(f"worker {sched.instance_id} running job {config.name!r}; SIGTERM stops it gracefully", flush=True)
+    if endpoint is not None:
+        print(f"serving /metrics /healthz /readyz /dump at {endpoint.url}", flush=True)
     stop.wait()
     sched.shutdown(wait=True)
+    if endpoint is not None:
+        endpoint.close()
     print(f"worker {sched.instance_id} stopped", flush=True)
+    return EXIT_OK
+
+
+# -- history --------------------------------------------------------------------------------
+def parse_since(text: str, now: float | None = None) -> float:
+    """``30m``, ``2h``, ``7d``, ``90s`` ago, or an ISO 8601 time (UTC when no zone) -> epoch."""
+    from datetime import timezone
+
+    now = time.time() if now is None else now
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip()
+    if value[:-1].replace(".", "", 1).isdigit() and value[-1:] in units:
+        return now - float(value[:-1]) * units[value[-1]]
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected 30m, 2h, 7d or an ISO time such as 2026-01-31T02:00") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _iso(stamp: float | None) -> str:
+    from datetime import timezone
+
+    return "" if stamp is None else datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _history(args: argparse.Namespace) -> int:
+    import json
+
+    from scheduler.history import HistoryReader
+
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.trace and (args.item is not None or args.failed):
+        raise ValueError("--trace lists state changes of whole runs: --item and --failed do not apply")
+    since = parse_since(args.since) if args.since else None
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        raise HistoryUnavailable("shardjob history needs SQLAlchemy: pip install 'shardjob[history]'") from None
+    table: list[tuple[str, ...]]
+    try:
+        with HistoryReader(args.history) as reader:
+            if args.trace:
+                traces = reader.status_trace(args.job, since=since, limit=args.limit)
+                found: list[Any] = list(traces)
+                table = [("at (UTC)", "fire (UTC)", "job", "items", "source", "instance", "state", "message")]
+                table += [
+                    (
+                        _iso(t.creation_time)[:23],
+                        _iso(t.fire_time)[:19] if t.fire_time else "",
+                        t.job_name,
+                        t.sharding_items,
+                        t.source,
+                        t.instance_id,
+                        t.state,
+                        t.message or "",
+                    )
+                    for t in traces
+                ]
+            else:
+                runs = reader.executions(args.job, item=args.item, since=since, failed=args.failed, limit=args.limit)
+                found = list(runs)
+                table = [("fire (UTC)", "started", "job", "item", "source", "instance", "secs", "result")]
+                table += [
+                    (
+                        _iso(r.fire_time)[:19],
+                        _iso(r.start_time)[11:23],
+                        r.job_name,
+                        str(r.sharding_item),
+                        r.source,
+                        r.instance_id,
+                        "" if r.end_time is None else f"{r.end_time - r.start_time:.3f}",
+                        "ok" if r.success else (r.failure_cause or r.outcome),
+                    )
+                    for r in runs
+                ]
+    except SQLAlchemyError as exc:
+        print(f"shardjob: history database error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps([row.to_json() for row in found], indent=2))
+        return EXIT_OK
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+    if not found:
+        print("(nothing recorded)")
     return EXIT_OK
 
 
@@ -303,6 +403,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--instance-id", help="instance id (default {ip}@-@{pid})")
     worker.add_argument("--max-workers", type=int, metavar="N", help="worker threads (default 2 x cores)")
+    worker.add_argument(
+        "--history", metavar="DB_URL", help="record every run: sqlite:///path or postgresql://..."
+    )
+    worker.add_argument(
+        "--http", metavar="HOST:PORT", help="serve /metrics /healthz /readyz /dump (e.g. 127.0.0.1:9100)"
+    )
+
+    history = commands.add_parser(
+        "history",
+        help="show recorded item runs, newest first",
+        description="Read the run history a worker wrote with --history DB_URL.",
+    )
+    history.add_argument("job", nargs="?", help="only this job")
+    history.add_argument("--history", required=True, metavar="DB_URL", help="sqlite:///path or postgresql://...")
+    history.add_argument("--item", type=int, metavar="N", help="only this sharding item")
+    history.add_argument("--since", metavar="WHEN", help="30m, 2h, 7d ago, or an ISO time (UTC)")
+    history.add_argument("--failed", action="store_true", help="only failed runs")
+    history.add_argument("--limit", type=int, default=50, metavar="N", help="at most N rows (default 50)")
+    history.add_argument("--json", action="store_true", help="a JSON list of objects instead of a table")
+    history.add_argument(
+        "--trace",
+        action="store_true",
+        help="state changes of runs instead (RUNNING, FINISHED, ERROR, and fires not run: "
+        "OWED, MISFIRE, SKIPPED, FENCED_OUT; RESHARDED)",
+    )
     return parser
 
 
@@ -316,8 +441,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "demo":
             return _demo(args)
+        if args.command == "history":
+            return _history(args)
         return _worker(args)
     except ValueError as exc:
+        print(f"shardjob: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (HistoryUnavailable, MetricsUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:

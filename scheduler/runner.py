@@ -32,6 +32,7 @@ from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
 from scheduler.errors import ClockSkewError, PoolShutDown
+from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner
 from scheduler.timer import Timer
@@ -57,6 +58,8 @@ log = logging.getLogger("scheduler")
 
 #: seconds before a fire the registry failed (session alive) is tried again
 _RETRY_DELAY = 1.0
+#: what a fire that cannot run becomes, as the run history and metrics name it
+_DEFERRED = {OwedFires.EVERY: "owed", OwedFires.ONE: "misfire", OwedFires.NONE: "skipped"}
 #: plans of one fire at most: a resharding or a stale mark between planning and marking
 #: costs a new plan, and a fire never loops on a cluster that keeps changing
 _MARK_ATTEMPTS = 3
@@ -81,6 +84,7 @@ class Runtime:
     live: Callable[[], bool]
     #: the local clock max_time_diff_seconds compares with the registry's
     clock: Callable[[], float] = time.time
+    observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
@@ -209,6 +213,7 @@ class JobRunner:
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,
+            on_resharded=functools.partial(self._rt.observer.resharded, self.name),
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
@@ -409,22 +414,23 @@ class JobRunner:
                 "job %s: trigger node holds %r, not a fire time; running with now", self.name, stamp[:40]
             )
             fire_time = time.time()
-        self.fire(fire_time)
+        self.fire(fire_time, TRIGGER)
 
     # -- runs ---------------------------------------------------------------------------
-    def fire(self, fire_time: float) -> None:
+    def fire(self, fire_time: float, source: str = NORMAL) -> None:
         """Run this instance's items for ``fire_time`` (coordinator thread). The fenced
         mark goes to the scheduler's group commit; the items start once it is applied."""
         if self._rt.stopping.is_set():
             return
+        self._rt.observer.fire_due(self.name, fire_time, source)
         with self._lock:
             if self._running or not self._live():
                 self._owe(fire_time, session_down=not self._running)
                 return
             self._running = True
-        self._plan_run(fire_time, 0)
+        self._plan_run(fire_time, 0, source)
 
-    def _plan_run(self, fire_time: float, attempt: int) -> None:
+    def _plan_run(self, fire_time: float, attempt: int, source: str = NORMAL) -> None:
         """Plan the fire's fenced mark and submit it (this job's run slot held)."""
         try:
             self._check_clock()
@@ -434,7 +440,7 @@ class JobRunner:
             if not items:
                 self._run_ended()
                 return
-            self._submit_mark(current, items, fire_time, attempt=attempt)
+            self._submit_mark(current, items, fire_time, attempt=attempt, source=source)
         except Exception as exc:
             self._not_started(fire_time, exc)
 
@@ -446,17 +452,18 @@ class JobRunner:
         *,
         claimed: Sequence[FailoverEntry] = (),
         attempt: int = _MARK_ATTEMPTS,
+        source: str = NORMAL,
     ) -> None:
         request = self.sharding.marks.plan(current, items, fire_time, claimed)
-        self._rt.batcher.submit(request.ops, functools.partial(self._on_marked, request, attempt))
+        self._rt.batcher.submit(request.ops, functools.partial(self._on_marked, request, attempt, source))
 
-    def _on_marked(self, request: MarkRequest, attempt: int, error: BaseException | None) -> None:
+    def _on_marked(self, request: MarkRequest, attempt: int, source: str, error: BaseException | None) -> None:
         """The group commit applied the fenced mark, or refused it (committer thread:
         nothing here waits; planning again goes to the coordinator pool)."""
         marks = self.sharding.marks
         mark = request.mark
         if error is None:
-            self._launch(marks.adopt(request), failover=bool(request.claimed))
+            self._launch(marks.adopt(request), FAILOVER if request.claimed else source)
             return
         refused = marks.refusal(request, error)
         if attempt + 1 < _MARK_ATTEMPTS and not self._rt.stopping.is_set():
@@ -464,21 +471,23 @@ class JobRunner:
             # fire again with the new one rather than dropping it; a mark in place while
             # none is held is stale (see sharding.run_marks) and goes first
             if refused.reason is FenceReason.ASSIGNMENT:
-                self._rt.coordinator.submit(self._plan_run, mark.fire_time, attempt + 1)
+                self._rt.coordinator.submit(self._plan_run, mark.fire_time, attempt + 1, source)
                 return
             if refused.reason is FenceReason.RUNNING:
-                self._rt.coordinator.submit(self._replan_after_stale_mark, refused, mark.fire_time, attempt + 1)
+                self._rt.coordinator.submit(
+                    self._replan_after_stale_mark, refused, mark.fire_time, attempt + 1, source
+                )
                 return
         self._not_started(mark.fire_time, refused)
 
-    def _replan_after_stale_mark(self, refused: FencedOut, fire_time: float, attempt: int) -> None:
+    def _replan_after_stale_mark(self, refused: FencedOut, fire_time: float, attempt: int, source: str) -> None:
         try:
             removed = self.sharding.marks.remove_if_stale()
         except RegistryError as exc:
             self._not_started(fire_time, exc)
             return
         if removed:
-            self._plan_run(fire_time, attempt)
+            self._plan_run(fire_time, attempt, source)
         else:
             self._not_started(fire_time, refused)
 
@@ -489,6 +498,7 @@ class JobRunner:
         if self._rt.stopping.is_set():
             pass  # the scheduler is shutting down: its pools and group commit refuse work
         elif isinstance(exc, FencedOut):
+            self._rt.observer.run_fenced(self.name, fire_time, exc.reason)
             if exc.reason is FenceReason.REGISTRY:
                 # the outcome is unknown and the session may well be alive, so nobody else
                 # covers this fire: owe it and try again shortly (a mark the server applied
@@ -529,6 +539,11 @@ class JobRunner:
         else:
             what = "skipped"
         log.info("job %s: fire %.3f %s", self.name, fire_time, f"{what} ({why})" if why else what)
+        self._rt.observer.fire_deferred(self.name, fire_time, _DEFERRED[policy])
+
+    def _fire_owed(self, fire_time: float) -> None:
+        """A fire owed earlier, run now (through the timer)."""
+        self.fire(fire_time, OWED if self._config.owed_fires is OwedFires.EVERY else MISFIRE)
 
     def forget_owed(self) -> None:
         """The session expired: the fires owed meanwhile are the failover queue's now (the
@@ -575,19 +590,20 @@ class JobRunner:
                 f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"
             )
 
-    def _launch(self, mark: RunMark, *, failover: bool) -> None:
+    def _launch(self, mark: RunMark, source: str) -> None:
         """The mark is held: hand the run's items to the worker pool (committer thread;
-        listeners, the user's code, run on a worker)."""
+        listeners, the user's code, run on a worker). ``source``: why it runs (events)."""
         run = JobRun(
             job_name=self.name,
             instance_id=self._rt.identity.instance_id,
             fire_time=mark.fire_time,
             epoch=mark.epoch,
             items=mark.items,
-            failover=failover,
+            failover=source == FAILOVER,
             started=time.time(),
         )
         launched = _LaunchedRun(self, run, mark, self._task_id(run))
+        self._rt.observer.run_started(run, source, launched.task_id)
         try:
             if self._listeners:
                 self._rt.workers.submit(launched.begin)
@@ -635,9 +651,12 @@ class JobRunner:
         return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
 
     def _run_item(self, run: JobRun, ctx: ShardingContext) -> None:
+        self._rt.observer.item_started(run, ctx)
         try:
             self._item_runner(ctx, self._keep_going)
+            self._rt.observer.item_ended(run, ctx, None)
         except Exception as exc:
+            self._rt.observer.item_ended(run, ctx, exc)
             run.errors[ctx.sharding_item] = exc
             try:
                 self._error_handler(ctx, exc)
@@ -659,6 +678,7 @@ class JobRunner:
         if not cleared:
             self.sharding.marks.cleared(error)
         run.finished = time.time()
+        self._rt.observer.run_ended(run)
         if self._listeners:
             try:
                 self._rt.workers.submit(functools.partial(self._finish, run))
@@ -689,7 +709,7 @@ class JobRunner:
             # coordinator pool instead, a backlog of owed fires runs on all its threads at
             # once, and threads taking turns on the GIL for work that never waits only
             # add to what each fire costs.
-            self._rt.timer.schedule((self.name, "owed", missed), missed, self.fire)
+            self._rt.timer.schedule((self.name, "owed", missed), missed, self._fire_owed)
         elif self._config.failover and self._rt.cache.exists(self.paths.failover_items):
             self._rt.coordinator.submit(self.run_failover)
 

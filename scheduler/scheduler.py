@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import registry
 from registry.errors import RegistryError
@@ -25,13 +25,19 @@ from registry.protocol import Characteristic, RegistryCenter, SessionState
 from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, JobType
+from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
 from scheduler.kinds import JobTarget, make_item_runner
+from scheduler.observe import make_history, serve_http
 from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import InstanceIdentity, ShardingError
 from sharding.layout import JobPaths, is_running_marks, validate_job_name
+
+if TYPE_CHECKING:
+    from scheduler.history import HistoryWriter
+    from scheduler.http import HttpEndpoint
 
 __all__ = ["Scheduler"]
 
@@ -80,6 +86,7 @@ class Scheduler:
         coordinator_threads: int = 4,
         wait_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        history: str | HistoryWriter | None = None,
     ) -> None:
         """``clock``: the local wall clock that ``max_time_diff_seconds`` compares with the
         registry's (``time.time``; another source, e.g. one with an offset, only for that
@@ -106,6 +113,8 @@ class Scheduler:
         self._owns_registry = isinstance(registry_center, str)
         self._started = False
         self._failed: dict[str, Exception] = {}
+        self.observers = Observers()  # run history and metrics subscribe here
+        self.history: HistoryWriter | None = make_history(history, self.identity, self.observers)
 
     # -- identity -----------------------------------------------------------------------
     @property
@@ -254,7 +263,10 @@ class Scheduler:
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
                 clock=self._clock,
+                observer=self.observers,
             )
+            if self.history is not None:
+                self.history.start()
             reg.add_listener(self._on_session)
             timer.start()
             self._started = True
@@ -339,7 +351,13 @@ class Scheduler:
         runtime.workers.shutdown(wait=wait, drop_queued=not wait)
         if self._owns_registry:
             runtime.reg.close()
+        if self.history is not None:
+            self.history.close()
         log.info("scheduler %s shut down", self.instance_id)
+
+    def serve_http(self, address: str = "127.0.0.1:9100") -> HttpEndpoint:
+        """Serve /metrics, /healthz, /readyz and /dump for this scheduler at HOST:PORT."""
+        return serve_http(self, address)
 
     def __enter__(self) -> Scheduler:
         self.start()

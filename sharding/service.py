@@ -94,6 +94,7 @@ class ShardingService:
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
         missed_fires: MissedFires | None = None,
+        on_resharded: Callable[[int, float], None] | None = None,
     ) -> None:
         self._reg = reg
         self.paths = JobPaths(job)
@@ -109,6 +110,7 @@ class ShardingService:
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
         self.membership = Membership(reg, self.paths, identity, self._cache)
+        self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
         self._marks_unchecked = True
@@ -491,6 +493,7 @@ class ShardingService:
             return False
 
     def _reshard_once(self) -> bool | None:
+        started = time.monotonic()
         leader_version = self._election.leader_version
         if leader_version is None:
             return False
@@ -553,6 +556,8 @@ class ShardingService:
             new.epoch,
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
+        if self._on_resharded is not None:
+            self._on_resharded(new.epoch, time.monotonic() - started)
         return True
 
     def _fence(

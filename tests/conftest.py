@@ -22,6 +22,7 @@ from tests.harness import Harness
 from tests.servers.env import ETCD_ENV, ZK_ENV, external_address
 from tests.servers.etcd import EtcdCluster, EtcdServer, etcd_available
 from tests.servers.external import ExternalServer
+from tests.servers.postgres import PG_ENV, PostgresServer, fresh_database, postgres_available
 from tests.servers.process import stop_all
 from tests.servers.tls import TLSFiles, make_tls_files
 from tests.servers.zookeeper import ZooKeeperEnsemble, ZooKeeperServer, zookeeper_available
@@ -140,6 +141,41 @@ def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory, tls_files: TLSFile
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | str]:
+    """One PostgreSQL server (Debian's, run as the postgres user); the URL of a running one
+    when ``SHARDJOB_TEST_PG`` holds ``postgresql://user:password@host:port/db``."""
+    import os
+
+    external = os.environ.get(PG_ENV, "").strip()
+    if external:
+        yield external
+        return
+    _need_local(postgres_available())
+    server = PostgresServer(_workdir(tmp_path_factory, "postgres"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        server.remove()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer | str) -> str:
+    """A fresh, empty database on the session's PostgreSQL."""
+    return fresh_database(pg_server if isinstance(pg_server, str) else pg_server.url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh history database: an SQLite file, or a database on the test PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 # -- harnesses ---------------------------------------------------------------------------

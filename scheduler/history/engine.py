@@ -1,0 +1,54 @@
+"""The history database chosen by URL: ``sqlite:///path`` (embedded, the default kind) or
+``postgresql://...`` (through psycopg 3).
+
+Invariant: a missing optional dependency is a clear error naming the pip install, raised
+when history is asked for, not at import of shardjob.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = ["HistoryUnavailable", "driver_url", "make_engine"]
+
+
+class HistoryUnavailable(RuntimeError):
+    """History was asked for but its optional dependency is not installed."""
+
+
+def driver_url(url: str) -> str:
+    """``postgresql://`` and ``postgres://`` go through psycopg 3; other URLs are kept."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"history needs a database URL such as sqlite:///runs.db, got {url!r}")
+    scheme, rest = url.split("://", 1)
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + rest
+    if scheme == "sqlite" or scheme.startswith(("sqlite+", "postgresql+")):
+        return url
+    raise ValueError(f"history URL {url!r}: scheme {scheme!r} is not sqlite:// or postgresql://")
+
+
+def make_engine(url: str) -> sa.Engine:
+    full = driver_url(url)
+    try:
+        import sqlalchemy as sa
+    except ImportError:
+        raise HistoryUnavailable(
+            "run history needs SQLAlchemy: pip install 'shardjob[history]'"
+        ) from None
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if full.startswith("postgresql+psycopg"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise HistoryUnavailable(
+                "history in PostgreSQL needs psycopg 3: pip install 'shardjob[postgresql]'"
+            ) from None
+        kwargs["connect_args"] = {"connect_timeout": 5}
+    else:
+        # the writer thread and readers share the file; wait for its lock, do not fail
+        kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
+    return sa.create_engine(full, **kwargs)

@@ -1,0 +1,107 @@
+"""The observer that turns run events into history rows for a ``HistoryWriter``.
+
+Invariant: it only builds small dicts and hands them to the writer's buffer; it keeps
+per-run state (source, task id) only from a run's start to its end.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from scheduler.context import ShardingContext
+from scheduler.events import OWED, RunObserver
+from scheduler.handlers import JobRun
+from scheduler.history.writer import HistoryWriter
+from sharding import InstanceIdentity
+
+__all__ = ["HistoryRecorder"]
+
+_DEFERRED_STATE = {"owed": "OWED", "misfire": "MISFIRE", "skipped": "SKIPPED"}
+
+
+class HistoryRecorder(RunObserver):
+    def __init__(self, writer: HistoryWriter, identity: InstanceIdentity) -> None:
+        self.writer = writer
+        self._instance = identity.instance_id
+        self._ip = identity.ip
+        self._host = socket.gethostname()
+        self._runs: dict[int, tuple[str, str]] = {}
+        self._starts: dict[tuple[int, int], float] = {}
+        self._lock = threading.Lock()
+
+    def _trace(
+        self, job: str, task_id: str, source: str, items: str, fire_time: float, state: str, message: str | None
+    ) -> None:
+        self.writer.put(
+            "status_trace",
+            {
+                "job_name": job,
+                "original_task_id": task_id,
+                "task_id": task_id,
+                "instance_id": self._instance,
+                "execution_type": source,
+                "sharding_item": items,
+                "fire_time": fire_time,
+                "state": state,
+                "message": message,
+                "creation_time": time.time(),
+            },
+        )
+
+    def fire_deferred(self, job: str, fire_time: float, what: str) -> None:
+        state = _DEFERRED_STATE.get(what, what.upper())
+        self._trace(job, "", OWED if what == "owed" else "NORMAL", "", fire_time, state, None)
+
+    def run_fenced(self, job: str, fire_time: float, reason: str) -> None:
+        self._trace(job, "", "NORMAL", "", fire_time, "FENCED_OUT", f"running mark refused: {reason}")
+
+    def resharded(self, job: str, epoch: int, seconds: float) -> None:
+        self._trace(job, "", "NORMAL", "", 0.0, "RESHARDED", f"epoch {epoch} written in {seconds:.3f}s")
+
+    def run_started(self, run: JobRun, source: str, task_id: str) -> None:
+        with self._lock:
+            self._runs[id(run)] = (source, task_id)
+        items = ",".join(map(str, run.items))
+        self._trace(run.job_name, task_id, source, items, run.fire_time, "RUNNING", None)
+
+    def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
+        with self._lock:
+            self._starts[(id(run), ctx.sharding_item)] = time.time()
+
+    def item_ended(self, run: JobRun, ctx: ShardingContext, error: BaseException | None) -> None:
+        end = time.time()
+        with self._lock:
+            start = self._starts.pop((id(run), ctx.sharding_item), end)
+            source, _ = self._runs.get(id(run), ("FAILOVER" if run.failover else "NORMAL", ctx.task_id))
+        self.writer.put(
+            "executions",
+            {
+                "job_name": run.job_name,
+                "task_id": ctx.task_id,
+                "hostname": self._host,
+                "ip": self._ip,
+                "instance_id": self._instance,
+                "sharding_item": ctx.sharding_item,
+                "parameter": ctx.sharding_parameter,
+                "epoch": run.epoch,
+                "fire_time": run.fire_time,
+                "execution_source": source,
+                "start_time": start,
+                "complete_time": end,
+                "is_success": error is None,
+                "outcome": "success" if error is None else "failure",
+                "failure_cause": None if error is None else f"{type(error).__name__}: {error}"[:4000],
+            },
+        )
+
+    def run_ended(self, run: JobRun) -> None:
+        with self._lock:
+            source, task_id = self._runs.pop(id(run), ("NORMAL", ""))
+        items = ",".join(map(str, run.items))
+        if run.errors:
+            failed = ",".join(map(str, sorted(run.errors)))
+            self._trace(run.job_name, task_id, source, items, run.fire_time, "ERROR", f"items failed: {failed}")
+        else:
+            self._trace(run.job_name, task_id, source, items, run.fire_time, "FINISHED", None)

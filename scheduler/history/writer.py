@@ -1,0 +1,227 @@
+"""The history writer: a bounded buffer of rows drained by one thread in batches, and the
+retention sweep (by age and by row count) run by the same thread.
+
+Invariants: ``put`` never blocks and never raises — when the buffer is full (the database
+down or slow) the oldest row is dropped and the loss counted and logged; a batch the
+database refused is kept and tried again (bounded by one batch), so rows resume once it
+is back; the schema is created by this thread, so a database down at start-up delays
+history, never the scheduler.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.history.engine import make_engine
+
+__all__ = ["HistoryWriter"]
+
+log = logging.getLogger("scheduler.history")
+
+#: seconds between two "rows dropped" warnings while the loss goes on
+_LOSS_LOG_INTERVAL = 10.0
+#: seconds between two "database unavailable" warnings while it stays down
+_DOWN_LOG_INTERVAL = 60.0
+
+
+class HistoryWriter:
+    """Write execution and status-trace rows to the database at ``url``.
+
+    ``max_age`` (seconds) and ``max_rows`` (per table) bound what is kept; ``None`` keeps
+    everything. ``buffer_size`` rows wait at most; ``batch_size`` go in one transaction.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        buffer_size: int = 100_000,
+        batch_size: int = 1000,
+        flush_interval: float = 0.5,
+        max_age: float | None = 30 * 86400.0,
+        max_rows: int | None = None,
+        retention_interval: float = 300.0,
+        retry_interval: float = 2.0,
+    ) -> None:
+        if buffer_size < 1 or batch_size < 1:
+            raise ValueError("history buffer_size and batch_size must be >= 1")
+        if max_age is not None and max_age <= 0:
+            raise ValueError(f"history max_age must be > 0 seconds or None, got {max_age!r}")
+        if max_rows is not None and max_rows < 1:
+            raise ValueError(f"history max_rows must be >= 1 or None, got {max_rows!r}")
+        self.url = url
+        self._engine = make_engine(url)  # a bad URL or a missing driver fails here
+        self._buffer: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._buffer_size = buffer_size
+        self._batch_size = batch_size
+        self._flush_interval = flush_interval
+        self.max_age = max_age
+        self.max_rows = max_rows
+        self._retention_interval = retention_interval
+        self._retry_interval = retry_interval
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._schema_ready = False
+        self._next_retention = 0.0
+        self._last_loss_log = 0.0
+        self._down_since: float | None = None
+        self._last_down_log = 0.0
+        #: rows dropped because the buffer was full
+        self.dropped = 0
+        #: rows written
+        self.written = 0
+        #: batches the database refused
+        self.errors = 0
+        #: called with the number of rows dropped (metrics subscribe here)
+        self.on_drop: Callable[[int], None] | None = None
+        self._thread = threading.Thread(target=self._loop, name="shardjob-history", daemon=True)
+        self._started = False
+
+    # -- producers (any thread, never blocks) ------------------------------------------------
+    def put(self, table: str, row: dict[str, Any]) -> None:
+        dropped = False
+        with self._lock:
+            if len(self._buffer) >= self._buffer_size:
+                self._buffer.popleft()
+                self.dropped += 1
+                dropped = True
+            self._buffer.append((table, row))
+        if dropped:
+            self._report_loss()
+
+    def _report_loss(self) -> None:
+        callback = self.on_drop
+        if callback is not None:
+            callback(1)
+        now = time.monotonic()
+        if now - self._last_loss_log >= _LOSS_LOG_INTERVAL:
+            self._last_loss_log = now
+            log.warning(
+                "history buffer full (%d rows): oldest rows dropped, %d lost so far", self._buffer_size, self.dropped
+            )
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._thread.start()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is buffered (for at most ``timeout`` seconds), then stop."""
+        self._stop.set()
+        self._wake.set()
+        if self._started:
+            self._thread.join(timeout)
+        self._engine.dispose()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every row put so far is written; False if that took too long."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                empty = not self._buffer and not self._pending
+            if empty:
+                return True
+            self._wake.set()
+            time.sleep(0.02)  # the polling interval of a bounded wait
+        return False
+
+    @property
+    def buffered(self) -> int:
+        with self._lock:
+            return len(self._buffer) + len(self._pending)
+
+    # -- the writer thread --------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            stopping = self._stop.is_set()
+            try:
+                progressed = self._write_once()
+                if time.monotonic() >= self._next_retention and self._schema_ready:
+                    self._next_retention = time.monotonic() + self._retention_interval
+                    self.enforce_retention()
+            except Exception as exc:
+                self.errors += 1
+                now = time.monotonic()
+                if self._down_since is None or now - self._last_down_log >= _DOWN_LOG_INTERVAL:
+                    self._last_down_log = now
+                    log.warning("history database unavailable (%s); %d rows waiting", exc, self.buffered)
+                if self._down_since is None:
+                    self._down_since = now
+                progressed = False
+                if stopping:
+                    return
+                self._stop.wait(self._retry_interval)
+                continue
+            if self._down_since is not None:
+                log.warning(
+                    "history database back after %.1fs; %d rows dropped so far",
+                    time.monotonic() - self._down_since,
+                    self.dropped,
+                )
+                self._down_since = None
+            if stopping and not progressed:
+                return
+            if not progressed:
+                self._wake.wait(self._flush_interval)
+                self._wake.clear()
+
+    def _write_once(self) -> bool:
+        """Write one batch; True when rows were written."""
+        if not self._schema_ready:
+            from scheduler.history.schema import ensure_schema
+
+            ensure_schema(self._engine)
+            self._schema_ready = True
+        if not self._pending:
+            with self._lock:
+                take = min(self._batch_size, len(self._buffer))
+                self._pending = [self._buffer.popleft() for _ in range(take)]
+        if not self._pending:
+            return False
+        from scheduler.history.schema import executions, status_trace
+
+        tables = {"executions": executions, "status_trace": status_trace}
+        by_table: dict[str, list[dict[str, Any]]] = {}
+        for table, row in self._pending:
+            by_table.setdefault(table, []).append(row)
+        with self._engine.begin() as conn:
+            for table, rows in by_table.items():
+                conn.execute(tables[table].insert(), rows)
+        with self._lock:
+            self.written += len(self._pending)
+            self._pending = []
+        return True
+
+    def enforce_retention(self) -> int:
+        """Delete rows older than ``max_age`` and beyond ``max_rows`` per table; the number
+        deleted."""
+        import sqlalchemy as sa
+
+        from scheduler.history.schema import ensure_schema, executions, status_trace
+
+        if not self._schema_ready:
+            ensure_schema(self._engine)
+            self._schema_ready = True
+        deleted = 0
+        with self._engine.begin() as conn:
+            for table, stamp in ((executions, executions.c.start_time), (status_trace, status_trace.c.creation_time)):
+                if self.max_age is not None:
+                    cutoff = time.time() - self.max_age
+                    deleted += conn.execute(table.delete().where(stamp < cutoff)).rowcount or 0
+                if self.max_rows is not None:
+                    keep_from = conn.execute(
+                        sa.select(table.c.id).order_by(table.c.id.desc()).offset(self.max_rows - 1).limit(1)
+                    ).scalar()
+                    if keep_from is not None:
+                        deleted += conn.execute(table.delete().where(table.c.id < keep_from)).rowcount or 0
+        if deleted:
+            log.info("history retention removed %d rows", deleted)
+        return deleted

@@ -1,0 +1,94 @@
+"""Real ``shardjob worker`` processes on ZooKeeper and etcd writing their run history to
+one PostgreSQL (``--history``) and serving ``--http``: one is SIGKILLed with failover on;
+its items' fires are run by the others and recorded as FAILOVER; every execution the
+surviving workers recorded themselves has its history row once they stop, and ``shardjob
+history`` reads it all back."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler.cli import main
+from scheduler.history import HistoryReader
+from tests.conftest import close_harness, make_harness
+from tests.harness import Harness
+from tests.scenarios.workers import Fleet
+from tests.waiting import wait_for
+
+TOTAL = 6
+SESSION_TIMEOUT = 2
+
+
+@pytest.fixture(params=["zookeeper", "etcd"])
+def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    made = make_harness(request.param, request)
+    try:
+        yield made
+    finally:
+        close_harness(made)
+
+
+def test_fleet_history_in_postgresql_with_a_sigkilled_worker(
+    server: Harness, pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = Fleet(
+        server.url(server.fresh_namespace(), session_timeout=SESSION_TIMEOUT),
+        tmp_path,
+        job="settle",
+        total=TOTAL,
+        hold=0.3,
+        extra_args=["--failover", "--history", pg_url, "--http", "127.0.0.1:0"],
+    )
+    reader = HistoryReader(pg_url)
+    try:
+        a, b, c = fleet.start("127.0.0.1@-@hist-a", "127.0.0.1@-@hist-b", "127.0.0.1@-@hist-c")
+
+        def instances_in_history() -> set[str]:
+            return {r.instance_id for r in reader.executions("settle", limit=200)}
+
+        wait_for(lambda: instances_in_history() >= {a.instance_id, b.instance_id, c.instance_id}, 40,
+                 message=lambda: f"all three write history: {instances_in_history()}")  # fmt: skip
+
+        # the worker's --http endpoint answers with its own metrics
+        match = re.search(r"at (http://\S+)", a.stdout_file.read_text())
+        assert match, a.describe()
+        with urllib.request.urlopen(match.group(1) + "/metrics", timeout=5) as resp:
+            families = {f.name for f in text_string_to_metric_families(resp.read().decode())}
+        assert {"shardjob_item_runs", "shardjob_fires_due", "shardjob_session_connected"} <= families
+
+        c.kill()
+        wait_for(
+            lambda: reader.executions("settle", source="FAILOVER", limit=1), SESSION_TIMEOUT + 40,
+            message=lambda: f"no FAILOVER row:\n{fleet.describe()}",
+        )  # fmt: skip
+        failover_rows = reader.executions("settle", source="FAILOVER", limit=None)
+        assert {r.instance_id for r in failover_rows} <= {a.instance_id, b.instance_id}
+        assert all(r.success and "FAILOVER" in r.task_id for r in failover_rows)
+        for worker in (a, b):
+            assert worker.terminate() == 0  # graceful: the writer flushes its buffer
+        # every execution the survivors recorded themselves is in the history, and no more
+        recorded = {(r.instance, r.item, r.fire_time) for w in (a, b) for r in w.records()}
+        rows = reader.executions("settle", limit=None)
+        in_history = [(r.instance_id, r.sharding_item, r.fire_time) for r in rows if r.instance_id != c.instance_id]
+        assert len(in_history) == len(set(in_history))
+        assert set(in_history) == recorded
+        failover_records = {(r.instance, r.item, r.fire_time) for w in (a, b) for r in w.records() if r.failover}
+        assert failover_records == {(r.instance_id, r.sharding_item, r.fire_time) for r in rows if r.source == "FAILOVER"}
+    finally:
+        fleet.close()
+        reader.close()
+    capsys.readouterr()
+    assert main(["history", "settle", "--limit", "12", "--history", pg_url]) == 0
+    table = capsys.readouterr().out
+    with capsys.disabled():
+        print("\n" + table)  # the history as an operator reads it (-s shows it)
+    assert "settle" in table
+    assert main(["history", "settle", "--json", "--limit", "3", "--history", pg_url]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 3

@@ -1,0 +1,263 @@
+"""Run history end to end: schedulers on every backend write their item runs and run
+state changes to SQLite and to a real PostgreSQL; the rows say what ran, where, why and
+how it ended; a database outage costs counted rows, never a run; retention bounds it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler import JobConfig, Scheduler, ShardingContext
+from scheduler.cli import main, parse_since
+from scheduler.history import Execution, HistoryReader, HistoryWriter
+from tests.harness import Harness
+from tests.servers.postgres import PostgresServer
+from tests.waiting import wait_for
+
+EVERY_SECOND = "* * * * * ?"
+
+
+@pytest.fixture
+def schedulers() -> Iterator[list[Scheduler]]:
+    made: list[Scheduler] = []
+    yield made
+    for sched in made:
+        sched.shutdown(wait=True)
+
+
+def rows(url: str, job: str | None = None, **filters: object) -> list[Execution]:
+    with HistoryReader(url) as reader:
+        return reader.executions(job, limit=None, **filters)  # type: ignore[arg-type]
+
+
+def flaky(ctx: ShardingContext) -> None:
+    if ctx.sharding_item == 1:
+        raise ValueError(f"item 1 fails at {ctx.fire_time}")
+
+
+def test_normal_failed_and_triggered_runs_are_recorded(
+    harness: Harness, history_url: str, schedulers: list[Scheduler]
+) -> None:
+    namespace = harness.fresh_namespace()
+    sched = Scheduler(harness.url(namespace), history=history_url, max_workers=2)
+    schedulers.append(sched)
+    sched.add_job(
+        JobConfig(name="settle", cron=EVERY_SECOND, sharding_total_count=2, sharding_item_parameters="0=a,1=b"),
+        flaky,
+    )
+    started = time.time()
+    sched.start()
+    assert sched.history is not None
+
+    def normal_fires() -> set[float]:
+        sched.history.flush()  # type: ignore[union-attr]
+        return {r.fire_time for r in rows(history_url, "settle", source="NORMAL")}
+
+    wait_for(lambda: len(normal_fires()) >= 2, 20, message="two fires recorded")
+    sched.trigger("settle")
+    wait_for(lambda: sched.history.flush() and rows(history_url, source="TRIGGER"), 20, message="trigger recorded")  # type: ignore[union-attr]
+    sched.shutdown(wait=True)
+
+    recorded = rows(history_url, "settle")
+    ok = [r for r in recorded if r.sharding_item == 0]
+    bad = [r for r in recorded if r.sharding_item == 1]
+    assert ok and bad
+    for r in ok:
+        assert r.success and r.outcome == "success" and r.failure_cause is None and r.parameter == "a"
+    for r in bad:
+        assert not r.success and r.outcome == "failure" and r.parameter == "b"
+        assert r.failure_cause is not None and r.failure_cause.startswith("ValueError: item 1 fails at")
+    for r in recorded:
+        assert r.instance_id == sched.instance_id
+        assert r.job_name == "settle" and r.epoch >= 1
+        assert started - 1 <= r.fire_time <= r.start_time <= (r.end_time or 0) <= time.time()
+    assert {r.source for r in recorded} == {"NORMAL", "TRIGGER"}
+    # newest first
+    assert [r.start_time for r in recorded] == sorted((r.start_time for r in recorded), reverse=True)
+    assert rows(history_url, "settle", failed=True) == [r for r in recorded if not r.success]
+    assert rows(history_url, "settle", item=0) == ok
+    # the status trace: RUNNING then ERROR (item 1 failed) for each run
+    with HistoryReader(history_url) as reader:
+        states = {t.state for t in reader.status_trace("settle", limit=None)}
+    assert {"RUNNING", "ERROR", "RESHARDED"} <= states
+
+
+@pytest.mark.parametrize("failover", [False, True], ids=["misfire", "owed"])
+def test_fires_a_busy_run_passed_are_recorded_as_misfire_or_owed(
+    harness: Harness, tmp_path: object, schedulers: list[Scheduler], failover: bool
+) -> None:
+    url = f"sqlite:///{tmp_path}/h.db"
+    sched = Scheduler(harness.url(harness.fresh_namespace()), history=url, max_workers=2)
+    schedulers.append(sched)
+
+    def slow(ctx: ShardingContext) -> None:
+        threading.Event().wait(1.6)  # the item's own work outlasts the next fire
+
+    sched.add_job(JobConfig(name="slow", cron=EVERY_SECOND, failover=failover), slow)
+    sched.start()
+    expected = "OWED" if failover else "MISFIRE"
+    wait_for(
+        lambda: sched.history.flush() and rows(url, "slow", source=expected),  # type: ignore[union-attr]
+        20,
+        message=f"a {expected} run recorded",
+    )
+    with HistoryReader(url) as reader:
+        states = {t.state for t in reader.status_trace("slow", limit=None)}
+    assert expected in states  # the deferral itself is traced
+
+
+def test_failover_runs_are_recorded(harness: Harness, history_url: str, schedulers: list[Scheduler]) -> None:
+    namespace = harness.fresh_namespace()
+    timeout = harness.min_session_timeout
+    link = harness.link()
+    config = JobConfig(name="fo", cron=EVERY_SECOND, sharding_total_count=4, failover=True)
+
+    def hold(ctx: ShardingContext) -> None:
+        threading.Event().wait(0.3)  # the item's work: the cut lands inside it
+
+    survivor = Scheduler(harness.url(namespace, session_timeout=timeout), history=history_url, max_workers=4)
+    victim = Scheduler(link.url(namespace, session_timeout=timeout), max_workers=4)
+    for sched in (survivor, victim):
+        sched.add_job(config, hold)
+        schedulers.append(sched)
+        sched.start()
+    wait_for(lambda: victim.runner("fo").sharding.ready() is not None, 20, message="victim has items")
+    wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+    link.cut()
+    try:
+        wait_for(
+            lambda: survivor.history.flush() and rows(history_url, "fo", source="FAILOVER"),  # type: ignore[union-attr]
+            timeout + 30,
+            message="a failover run recorded",
+        )
+        for r in rows(history_url, "fo", source="FAILOVER"):
+            assert r.instance_id == survivor.instance_id and r.success
+            assert "FAILOVER" in r.task_id
+    finally:
+        link.restore()
+
+
+def test_database_outage_counts_the_loss_and_rows_resume(
+    pg_server: PostgresServer | str, pg_url: str, schedulers: list[Scheduler]
+) -> None:
+    if isinstance(pg_server, str):
+        pytest.skip("external PostgreSQL: cannot stop it")
+    from tests.harnesses.memory import MemoryHarness
+
+    harness = MemoryHarness()
+    ran: list[float] = []
+    writer = HistoryWriter(pg_url, buffer_size=5, retry_interval=0.2, flush_interval=0.1)
+    sched = Scheduler(harness.url("/outage"), history=writer, max_workers=4)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="o", cron=EVERY_SECOND, sharding_total_count=4), lambda ctx: ran.append(ctx.fire_time))
+    sched.start()
+    wait_for(lambda: writer.flush() and rows(pg_url, "o"), 20, message="rows written before the outage")
+    pg_server.stop()
+    down_at = time.time()
+    try:
+        # runs go on while the database is down; 4 items a second overflow 5 buffered rows
+        wait_for(lambda: len([f for f in ran if f > down_at]) >= 12, 20, message="runs go on")
+        wait_for(lambda: writer.dropped > 0, 10, message="the loss is counted")
+    finally:
+        pg_server.start()
+    back_at = time.time()
+    wait_for(
+        lambda: any(r.fire_time > back_at for r in rows(pg_url, "o")), 30, message="rows resume after the outage"
+    )
+    assert writer.errors > 0
+
+
+def test_retention_by_rows_and_by_age(history_url: str) -> None:
+    writer = HistoryWriter(history_url, max_rows=10, max_age=3600, retention_interval=0.1, flush_interval=0.05)
+    writer.start()
+    try:
+        now = time.time()
+
+        def row(i: int, start: float) -> dict[str, object]:
+            return {
+                "job_name": "r", "task_id": "t", "hostname": "h", "ip": "127.0.0.1", "instance_id": "i",
+                "sharding_item": i, "parameter": None, "epoch": 1, "fire_time": start, "execution_source": "NORMAL",
+                "start_time": start, "complete_time": start + 0.1, "is_success": True, "outcome": "success",
+                "failure_cause": None,
+            }  # fmt: skip
+
+        for i in range(5):
+            writer.put("executions", row(i, now - 7200))  # older than max_age
+        for i in range(25):
+            writer.put("executions", row(100 + i, now))
+        assert writer.flush()
+        wait_for(
+            lambda: len(rows(history_url, "r")) == 10, 10, message=lambda: f"{len(rows(history_url, 'r'))} rows kept"
+        )
+        kept = rows(history_url, "r")
+        assert sorted(r.sharding_item for r in kept) == list(range(115, 125))  # the newest ten
+    finally:
+        writer.close()
+
+
+def test_history_cli_lists_json_and_table(
+    history_url: str, capsys: pytest.CaptureFixture[str], schedulers: list[Scheduler]
+) -> None:
+    from tests.harnesses.memory import MemoryHarness
+
+    harness = MemoryHarness()
+    sched = Scheduler(harness.url("/cli"), history=history_url)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="c", cron=EVERY_SECOND, sharding_total_count=2), flaky)
+    sched.start()
+    wait_for(lambda: sched.history.flush() and len(rows(history_url, "c")) >= 4, 20, message="runs recorded")  # type: ignore[union-attr]
+    sched.shutdown(wait=True)
+    capsys.readouterr()
+
+    assert main(["history", "c", "--failed", "--json", "--history", history_url]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed and all(not r["success"] and r["sharding_item"] == 1 for r in listed)
+    for key in ("job_name", "sharding_item", "instance_id", "fire_time", "source", "start_time", "end_time",
+                "success", "failure_cause"):  # fmt: skip
+        assert key in listed[0]
+    assert [r["start_time"] for r in listed] == sorted((r["start_time"] for r in listed), reverse=True)
+
+    assert main(["history", "c", "--item", "0", "--limit", "1", "--json", "--history", history_url]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert len(one) == 1 and one[0]["sharding_item"] == 0 and one[0]["success"]
+
+    assert main(["history", "--since", "1h", "--history", history_url]) == 0
+    table = capsys.readouterr().out
+    assert "ValueError: item 1 fails" in table and sched.instance_id in table
+
+    assert main(["history", "c", "--trace", "--json", "--history", history_url]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert {"RUNNING", "ERROR", "RESHARDED"} <= {t["state"] for t in trace}
+    assert main(["history", "c", "--trace", "--history", history_url]) == 0
+    assert "items failed: 1" in capsys.readouterr().out
+    assert main(["history", "--trace", "--failed", "--history", history_url]) == 2
+    capsys.readouterr()
+
+    assert main(["history", "--since", "yesterday", "--history", history_url]) == 2
+    assert "--since 'yesterday'" in capsys.readouterr().err
+
+
+def test_parse_since() -> None:
+    assert parse_since("30m", now=10_000.0) == 10_000.0 - 1800
+    assert parse_since("2h", now=10_000.0) == 10_000.0 - 7200
+    assert parse_since("1970-01-01T01:00") == 3600.0
+
+
+def test_worker_with_a_bad_history_url_exits_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["worker", "--registry", "memory://bad-history", "--job", "tests.scenarios.recording_job:record",
+            "--cron", EVERY_SECOND, "--history", "mysql://db/x"]  # fmt: skip
+    assert main(argv) == 2
+    assert "scheme 'mysql'" in capsys.readouterr().err
+
+
+def test_bad_history_url_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="scheme 'mysql'"):
+        Scheduler("memory://x/bad", history="mysql://db/x")
+    with pytest.raises(ValueError, match="database URL"):
+        HistoryWriter("runs.db")
+    with pytest.raises(ValueError, match="no history database"):
+        HistoryReader("sqlite:////nonexistent/runs.db")
