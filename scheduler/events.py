@@ -2,7 +2,8 @@
 
 Run history and metrics both subscribe here; the runner calls one method per event and
 knows nothing of either. Invariant: an observer never slows or breaks a fire — every
-method is called on the fire's own thread, must only buffer or count, and whatever it
+method is called on the thread where its event happens (a coordinator, group-commit or
+worker thread), must only buffer or count, and whatever it
 raises is logged and swallowed by ``Observers``.
 """
 
@@ -11,17 +12,47 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from registry.text_enum import TextEnum
 from scheduler.context import ShardingContext
 from scheduler.handlers import JobRun
 
-__all__ = ["FAILOVER", "MISFIRE", "NORMAL", "OWED", "SOURCES", "TRIGGER", "Observers", "RunObserver"]
+__all__ = [
+    "FAILOVER",
+    "MISFIRE",
+    "NORMAL",
+    "OWED",
+    "SOURCES",
+    "TRIGGER",
+    "Observers",
+    "RunObserver",
+    "RunSource",
+]
 
 log = logging.getLogger("scheduler.events")
 
-#: why a run started: its schedule, a remembered misfire, a departed instance's work, a
-#: manual trigger, or a fire owed (failover on) while the run was busy or the session down
-NORMAL, MISFIRE, FAILOVER, TRIGGER, OWED = "NORMAL", "MISFIRE", "FAILOVER", "TRIGGER", "OWED"
-SOURCES = (NORMAL, MISFIRE, FAILOVER, TRIGGER, OWED)
+class RunSource(TextEnum):
+    """Why a run started (the history's ``execution_source``)."""
+
+    #: its schedule
+    NORMAL = "NORMAL"
+    #: a fire remembered while the job was still running (misfire on, failover off)
+    MISFIRE = "MISFIRE"
+    #: a departed instance's work, from the failover queue
+    FAILOVER = "FAILOVER"
+    #: an operator's trigger
+    TRIGGER = "TRIGGER"
+    #: a fire owed (failover on) while the run was busy, the session down or the timer late
+    OWED = "OWED"
+
+
+NORMAL, MISFIRE, FAILOVER, TRIGGER, OWED = (
+    RunSource.NORMAL,
+    RunSource.MISFIRE,
+    RunSource.FAILOVER,
+    RunSource.TRIGGER,
+    RunSource.OWED,
+)
+SOURCES = tuple(RunSource)
 
 
 class RunObserver:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from scheduler.history import HistoryWriter
     from scheduler.http import HttpEndpoint
     from scheduler.metrics import MetricsObserver
+    from scheduler.runner import Runtime
     from scheduler.scheduler import Scheduler
 
 __all__ = ["HttpEndpoint", "JobState", "SchedulerState", "enable_metrics", "make_history", "serve_http", "snapshot"]
@@ -78,9 +79,8 @@ class SchedulerState:
     failed_jobs: dict[str, str]
 
 
-def _runtime(sched: Scheduler) -> Any:
-    # the scheduler's shared runtime (session, cache, timer); None before start()
-    return getattr(sched, "_runtime", None)
+def _runtime(sched: Scheduler) -> Runtime | None:
+    return sched.runtime
 
 
 def snapshot(sched: Scheduler, *, with_cache: bool = False) -> SchedulerState:
@@ -104,12 +104,14 @@ def snapshot(sched: Scheduler, *, with_cache: bool = False) -> SchedulerState:
             if with_cache:
                 _walk(cache, runner.paths.root, cached)
             assignment = service.current()
+            # the queue is ONE node holding every entry (sharding.failover), not children
+            queue = cache.get_node(runner.paths.failover_items)
             jobs.append(
                 JobState(
                     name=name,
                     registered=bool(service.registered),
                     leader=bool(service.is_leader),
-                    failover_queued=len(cache.children(runner.paths.failover_items)),
+                    failover_queued=0 if queue is None else len(service.marks.queue(queue).entries),
                     epoch=0 if assignment is None else assignment.epoch,
                     cached=cached,
                 )

@@ -126,6 +126,12 @@ class Scheduler:
         return self._started and not self._stopping.is_set()
 
     @property
+    def runtime(self) -> Runtime | None:
+        """What every job of this scheduler shares (session, cache, timer, pools), for its
+        own probes and metrics; None before ``start()``."""
+        return self._runtime
+
+    @property
     def registry(self) -> RegistryCenter:
         if self._runtime is None:
             raise RuntimeError("the scheduler is not started")

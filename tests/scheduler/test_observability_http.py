@@ -16,6 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from registry.counting import CountingRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.http import HttpEndpoint, parse_address
+from sharding.failover import FailoverEntry, FailoverQueue
+from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
 
@@ -169,3 +171,26 @@ def test_parse_address() -> None:
     assert parse_address(":9100") == ("127.0.0.1", 9100)
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_address("localhost")
+
+
+def test_dump_and_metrics_count_the_failover_queue_entries(
+    harness: Harness, cleanup: list[Scheduler | HttpEndpoint]
+) -> None:
+    """The failover queue is one node holding every entry: both views count the entries."""
+    namespace = harness.fresh_namespace()
+    sched = Scheduler(harness.url(namespace), instance_id="10.0.0.9@-@q")
+    cleanup.append(sched)
+    sched.add_job(JobConfig(name="queued", sharding_total_count=1, failover=True), lambda ctx: None)
+    sched.start()
+    endpoint = sched.serve_http("127.0.0.1:0")
+    cleanup.append(endpoint)
+    # entries for items this job does not have (total 1): queued, never run here
+    queue = FailoverQueue((FailoverEntry(1.0, 5, "gone@-@1"), FailoverEntry(2.0, 6, "gone@-@1")))
+    harness.connect(namespace).put(JobPaths("queued").failover_items, queue.encode())
+
+    def dumped() -> int:
+        _, body = get(f"{endpoint.url}/dump")
+        return int(next(j for j in json.loads(body)["jobs"] if j["name"] == "queued")["failover_queued"])
+
+    wait_for(lambda: dumped() == 2, 10, message=lambda: f"dump shows {dumped()} queued")
+    assert value(samples(endpoint.url), "shardjob_failover_entries_queued", job="queued", instance=sched.instance_id) == 2
