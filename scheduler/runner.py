@@ -437,6 +437,10 @@ class JobRunner:
             sharding = self.sharding
             current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
             items = sharding.local_items(current)
+            if current.assignment.ran:
+                # a fire that waited for this epoch may have run on the item's previous owner
+                me = self._rt.identity.instance_id
+                items = [i for i in items if not current.assignment.ran_elsewhere(i, fire_time, me)]
             if not items:
                 self._run_ended()
                 return

@@ -86,6 +86,11 @@ class Assignment:
     leader: str = ""
     #: version of the leader node under which the leader wrote this (its term)
     leader_version: int = 0
+    #: item -> (fire time, instance): the runs still going under the previous epoch when
+    #: this one's resharding fenced it. Hazard: a fire that waited for this assignment may
+    #: be one the item's previous owner already ran; the new owner skips it (fire <= the
+    #: fire recorded here, on another instance) instead of running it a second time.
+    ran: Mapping[int, tuple[float, str]] = field(default_factory=dict)
 
     def items_of(self, instance_id: str) -> tuple[int, ...]:
         return self.items.get(instance_id, ())
@@ -97,13 +102,22 @@ class Assignment:
     def with_state(self, state: AssignmentState, leader: str, leader_version: int) -> Assignment:
         return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader, leader_version)
 
+    def ran_elsewhere(self, item: int, fire_time: float, instance_id: str) -> bool:
+        """Fire ``fire_time`` of ``item`` ran under the previous epoch on another instance."""
+        ran = self.ran.get(item)
+        return ran is not None and ran[1] != instance_id and fire_time <= ran[0]
+
     def as_lists(self) -> dict[str, list[int]]:
         return {instance: list(items) for instance, items in self.items.items()}
 
     def encode(self) -> bytes:
         _check_cover(self.items, self.total, "assignment")
+        doc: dict[str, object] = {}
+        if self.ran:  # absent when empty: the node reads as it always did
+            doc["ran"] = {str(item): [fire, who] for item, (fire, who) in sorted(self.ran.items())}
         return json.dumps(
             {
+                **doc,
                 "epoch": self.epoch,
                 "state": self.state.value,
                 "total": self.total,
@@ -135,6 +149,10 @@ class Assignment:
                 raise ValueError("items must be an object")
             items = {str(k): tuple(decode_items(v)) for k, v in raw_items.items()}
             _check_cover(items, total, "assignment")
+            raw_ran = doc.get("ran", {})
+            if not isinstance(raw_ran, dict):
+                raise ValueError("ran must be an object")
+            ran = {int(k): (float(v[0]), str(v[1])) for k, v in raw_ran.items()}
             return cls(
                 epoch=epoch,
                 state=state,
@@ -143,6 +161,7 @@ class Assignment:
                 strategy=str(doc.get("strategy", "")),
                 leader=str(doc.get("leader", "")),
                 leader_version=int(doc.get("leader_version", 0)),
+                ran=ran,
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptNodeError(

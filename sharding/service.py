@@ -110,6 +110,8 @@ class ShardingService:
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
         self.membership = Membership(reg, self.paths, identity, self._cache)
+        #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
+        self._ran_at_fence: dict[int, tuple[float, str]] = {}
         self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
@@ -525,18 +527,24 @@ class ShardingService:
         me = self.identity.instance_id
         planned = self._compute(settings, previous)  # a faulty strategy fails before any write
         if previous is None or previous.state is AssignmentState.READY or node is None:
+            self._ran_at_fence = {}  # a new fence: the runs it waits for are found anew
             fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
             if fenced_node is None:
                 return None if self.is_leader else False
             node = fenced_node
         running: list[str] | None = None  # the marks as last read, when that was just now
         if settings.monitor_execution:
-            running = self._wait_runs_finished()
-            if running is None:
+            waited = self._wait_runs_finished()
+            if waited is None:
                 return False
+            running = waited[0]
+            for item, run in waited[1].items():  # kept across attempts of one resharding
+                if item not in self._ran_at_fence or self._ran_at_fence[item][0] < run[0]:
+                    self._ran_at_fence[item] = run
+        ran = dict(self._ran_at_fence)
         planned = self._compute(settings, previous)
         new = Assignment(
-            epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version
+            epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version, ran
         )
         ops: list[Check | Create | Set | Delete] = [
             *fence_ops,
@@ -688,16 +696,18 @@ class ShardingService:
             self._last_race = str(exc)
             return False
 
-    def _wait_runs_finished(self) -> list[str] | None:
+    def _wait_runs_finished(self) -> tuple[list[str], dict[int, tuple[float, str]]] | None:
         """Wait (by watch) until no online instance holds a running mark; the marks then
-        there (those of departed instances, for ``_departed_ops``: one read less), or None
+        there (those of departed instances, for ``_departed_ops``: one read less) and the
+        runs waited for (item -> (fire time, instance), for ``Assignment.ran``), or None
         if leadership ends.
 
         The marks are followed only for the wait, by a cache of their own: the shared
         cache leaves them out (``layout.is_running_marks``)."""
         running = self.running_instances()
         if not set(running) & set(self.online_instances()):
-            return running  # the usual case: one read, no watch to set up
+            return running, {}  # the usual case: one read, no watch to set up
+        ran = self._runs_in_progress(running)  # read at once: a run may end any moment now
         marks = TreeCache(self._reg, self.paths.running).start(self._reg.session_timeout)
         try:
 
@@ -710,10 +720,33 @@ class ShardingService:
                 if not self.is_leader or self.stopping:
                     return None
                 if marks.wait_until(lambda: not in_progress(), 1.0):
-                    return marks.children(self.paths.running)
+                    return marks.children(self.paths.running), ran
                 log.info("job %s: resharding waits for running items on %s", self.job, in_progress())
         finally:
             marks.close()
+
+    def _runs_in_progress(self, running: list[str]) -> dict[int, tuple[float, str]]:
+        """The fires online instances are running under the fenced epoch, per item (one
+        read per instance with a mark). Hazard: a run that ends between the fence and this
+        read is not seen, and a fire that waited for the new epoch may then run its items
+        again; the window is the fence's round trip."""
+        ran: dict[int, tuple[float, str]] = {}
+        online = set(self.online_instances())
+        for instance in running:
+            path = self.paths.running_of(instance)
+            node = self._reg.get_node(path) if instance in online else None
+            if node is None:
+                continue
+            try:
+                trace = RunTrace.decode(path, node.value)
+            except CorruptNodeError:
+                continue  # reported by the resharding's own read of the marks
+            if trace.state != "running" or trace.fire_time is None or trace.failover:
+                continue  # a failover run is re-run by failover anyway, never skipped
+            for item in trace.items:
+                if item not in ran or ran[item][0] < trace.fire_time:
+                    ran[item] = (trace.fire_time, instance)
+        return ran
 
     # -- reactions ------------------------------------------------------------------------
     def _schedule_evaluation(self) -> None:

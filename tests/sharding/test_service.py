@@ -361,6 +361,33 @@ def test_a_mark_whose_removal_failed_is_removed_once_the_registry_answers(
         link.close()
 
 
+def test_a_resharding_records_the_runs_it_waited_for(
+    harness: Harness, executor: ThreadPoolExecutor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fire that waits for a resharding must not run again what the items' previous
+    owner was running for that fire: the new assignment names those runs."""
+    cluster = Cluster(harness, executor, total=4)
+    a = cluster.add(ids(1)[0])
+    current = a.ensure_ready(10)
+    mark = a.mark_running(current, a.local_items(current), fire_time=7.0)  # a run of fire 7 goes on
+    with caplog.at_level(logging.INFO, logger="sharding"):
+        b = cluster.add(ids(2)[0])
+        # the leader (a) fenced, read the marks and waits for a's run; it ends, the new
+        # epoch is written
+        wait_for(lambda: "resharding waits for running items" in caplog.text, 20)
+    a.clear_running(mark)
+    cluster.settled(set(ids(1, 2)))
+    fresh = b.ensure_ready(10)
+    assert fresh.epoch == current.epoch + 1
+    assert fresh.assignment.ran == {item: (7.0, ids(1)[0]) for item in range(4)}
+    moved = fresh.assignment.items_of(ids(2)[0])
+    assert moved
+    for item in moved:
+        assert fresh.assignment.ran_elsewhere(item, 7.0, ids(2)[0])  # b's waited fire 7: skip
+        assert not fresh.assignment.ran_elsewhere(item, 8.0, ids(2)[0])  # the next fire runs
+        assert not fresh.assignment.ran_elsewhere(item, 7.0, ids(1)[0])  # a itself: its own run
+
+
 def test_expired_session_cannot_start_a_run_with_its_stale_assignment(
     harness: Harness, executor: ThreadPoolExecutor
 ) -> None:
