@@ -103,6 +103,11 @@ class CountingRegistry:
         self._count("children", received=sum(len(n) for n in names))
         return names
 
+    def read_tree(self, path: str) -> dict[str, Node]:
+        tree = self._inner.read_tree(path)
+        self._count("read_tree", received=sum(len(p) + len(n.value) for p, n in tree.items()))
+        return tree
+
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
         self._count("create", sent=len(value))
         self._inner.create(path, value, ephemeral=ephemeral)

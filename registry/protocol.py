@@ -183,6 +183,17 @@ class RegistryCenter(Protocol):
         """Direct child names in ascending order; ``[]`` when the node is absent."""
         ...
 
+    def read_tree(self, path: str) -> dict[str, Node]:
+        """Every node at or below ``path`` (caller paths, ``path`` itself included), ``{}``
+        when it is absent; ``read_tree("/")`` leaves out the implicit root.
+
+        Round trips do not grow with the node count: one range read on etcd, one pipelined
+        round per tree level on ZooKeeper, none on memory. A consistent snapshot on etcd
+        and memory; on ZooKeeper levels are read one after another, so a node written
+        meanwhile may show either value, and one created meanwhile may be missing.
+        """
+        ...
+
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
         """Create ``path``; missing parents are created persistent and empty.
 

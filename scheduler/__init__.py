@@ -4,6 +4,16 @@
 by an elected leader and every instance runs only its own. See README.md.
 """
 
+from scheduler.cluster import Cluster, LiveInstances, NoSuchJob
+from scheduler.cluster_views import (
+    InstanceView,
+    ItemStatus,
+    ItemView,
+    JobBrief,
+    JobDetail,
+    JobStatus,
+    ServerBrief,
+)
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
@@ -13,15 +23,25 @@ from scheduler.scheduler import Scheduler
 
 __all__ = [
     "ClockSkewError",
+    "Cluster",
     "CronSchedule",
+    "InstanceView",
+    "ItemStatus",
+    "ItemView",
+    "JobBrief",
     "JobConfig",
+    "JobDetail",
     "JobExecutionError",
     "JobListener",
     "JobRun",
+    "JobStatus",
     "JobType",
+    "LiveInstances",
+    "NoSuchJob",
     "PoolShutDown",
     "Scheduler",
     "ScriptFailed",
+    "ServerBrief",
     "ShardJobError",
     "ShardingContext",
 ]

@@ -94,6 +94,9 @@ class JobConfig:
     max_time_diff_seconds: int = -1
     #: below 1 disables reconciliation
     reconcile_interval_minutes: float = 10
+    #: the leader's reconcile deletes a server's status once no instance has run on it
+    #: for this long (<= 0: never)
+    server_expiry_minutes: float = 1440
     sharding_strategy: str = "AVG_ALLOCATION"
     description: str = ""
     props: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
@@ -165,6 +168,9 @@ class JobConfig:
                 f"reconcile_interval_minutes {minutes!r}: must be a number of minutes (<= 0: off; "
                 "fractions allowed, e.g. 0.5 for 30 s)"
             )
+        expiry = self.server_expiry_minutes
+        if isinstance(expiry, bool) or not isinstance(expiry, int | float) or not math.isfinite(expiry):
+            raise ValueError(f"server_expiry_minutes {expiry!r}: must be a number of minutes (<= 0: never)")
         try:
             get_strategy(self.sharding_strategy)
         except ValueError as exc:

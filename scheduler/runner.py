@@ -94,6 +94,7 @@ def sharding_settings(config: JobConfig) -> ShardingSettings:
         monitor_execution=config.monitor_execution,
         static=config.static_sharding,
         failover=config.failover,
+        server_expiry_seconds=60.0 * config.server_expiry_minutes,
     )
 
 
@@ -162,8 +163,12 @@ class JobRunner:
         item_runner: ItemRunner,
         listeners: Sequence[JobListener],
         error_handler: ErrorHandler,
+        on_shutdown_request: Callable[[JobRunner], None] | None = None,
     ) -> None:
         self._rt = runtime
+        #: called (on a thread of its own: it waits for running items, which may need the
+        #: coordinator) when an operator asks this instance to stop the job
+        self._on_shutdown_request = on_shutdown_request
         self.local_config = config
         self._config = config
         self._schedule: CronSchedule | None = config.schedule()
@@ -218,6 +223,10 @@ class JobRunner:
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
         self._rt.cache.add_listener(self._on_trigger_event, under=self.paths.triggers)
+        self._rt.cache.add_listener(self._on_shutdown_event, under=self.paths.shutdowns)
+        own_request = self.paths.shutdown(self._rt.identity.instance_id)
+        if self._rt.cache.exists(own_request):  # asked of an earlier process with this id
+            self._rt.reg.delete(own_request)
         # queued failover work may become ours with a new assignment, not only on a queue change
         self._sharding.add_assignment_listener(self._on_assignment_change)
         self._sharding.start(server_enabled=not self._config.disabled)
@@ -230,6 +239,7 @@ class JobRunner:
         self._rt.timer.cancel((self.name, "retry"))
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
+        self._rt.cache.remove_listener(self._on_shutdown_event, under=self.paths.shutdowns)
         self._rt.cache.remove_listener(self._on_failover_event, under=self.paths.failover_items)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -415,6 +425,25 @@ class JobRunner:
             )
             fire_time = time.time()
         self.fire(fire_time, TRIGGER)
+
+    # -- an operator's shutdown request -------------------------------------------------
+    def _on_shutdown_event(self, event: Event) -> None:
+        if (
+            event.path == self.paths.shutdown(self._rt.identity.instance_id)
+            and event.kind is not EventKind.DELETED
+            and self._on_shutdown_request is not None
+        ):
+            threading.Thread(
+                target=self._on_shutdown_request, args=(self,), name=f"shardjob-shutdown-{self.name}", daemon=True
+            ).start()
+
+    def consume_shutdown_request(self) -> None:
+        """Delete the request once this instance has left (the leader's upkeep deletes
+        it if this fails: its instance is gone)."""
+        try:
+            self._rt.reg.delete(self.paths.shutdown(self._rt.identity.instance_id))
+        except RegistryError:
+            log.warning("job %s: could not delete the shutdown request", self.name, exc_info=True)
 
     # -- runs ---------------------------------------------------------------------------
     def fire(self, fire_time: float, source: str = NORMAL) -> None:

@@ -113,6 +113,7 @@ class Scheduler:
         self._owns_registry = isinstance(registry_center, str)
         self._started = False
         self._failed: dict[str, Exception] = {}
+        self._shut_down: dict[str, float] = {}
         self.observers = Observers()  # run history and metrics subscribe here
         self.history: HistoryWriter | None = make_history(history, self.identity, self.observers)
 
@@ -148,6 +149,13 @@ class Scheduler:
         """Jobs that could not start, with the reason (the others run)."""
         with self._lock:
             return dict(self._failed)
+
+    @property
+    def shut_down_jobs(self) -> dict[str, float]:
+        """Jobs an operator shut down on this instance (``Cluster.shutdown``), with when;
+        they stay down until this process restarts."""
+        with self._lock:
+            return dict(self._shut_down)
 
     @property
     def jobs(self) -> list[str]:
@@ -286,7 +294,12 @@ class Scheduler:
         assert self._runtime is not None
         job = self._jobs[name]
         runner = JobRunner(
-            self._runtime, job.config, make_item_runner(job.config, job.target), job.listeners, job.handler
+            self._runtime,
+            job.config,
+            make_item_runner(job.config, job.target),
+            job.listeners,
+            job.handler,
+            on_shutdown_request=self._shutdown_requested,
         )
         with self._lock:
             self._runners[name] = runner
@@ -296,6 +309,21 @@ class Scheduler:
             with self._lock:
                 self._failed[name] = exc
             log.error("job %s could not start (%s); the other jobs go on", name, exc)
+
+    def _shutdown_requested(self, runner: JobRunner) -> None:
+        """An operator asked this instance to stop ``runner``'s job: stop firing, let its
+        running items finish, leave (its items move at once), then consume the request.
+        Never a self-shutdown: only an operator's request leads here."""
+        with self._lock:
+            if self._runners.get(runner.name) is not runner or self._stopping.is_set():
+                return
+            del self._runners[runner.name]
+            self._shut_down[runner.name] = time.time()
+        log.warning("job %s: shut down on this instance at an operator's request", runner.name)
+        runner.stop_firing()
+        runner.wait_idle()
+        runner.leave()
+        runner.consume_shutdown_request()
 
     def _on_session(self, state: SessionState) -> None:
         runtime = self._runtime

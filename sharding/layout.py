@@ -106,3 +106,10 @@ class JobPaths:
 
     def trigger(self, instance_id: str) -> str:
         return join(self.triggers, instance_id)
+
+    @cached_property
+    def shutdowns(self) -> str:
+        return join(self.root, "shutdown")
+
+    def shutdown(self, instance_id: str) -> str:
+        return join(self.shutdowns, instance_id)

@@ -14,6 +14,10 @@ Invariants:
   timeout, never overwritten: the server removes it when that session ends.
 - Read-your-writes: ``register`` returns once the job's cache (this instance's only read
   path) shows the node, so a leader computing right after does not leave itself out.
+- An operator's disable lasts: ``servers/{ip}`` is written only when absent (with the
+  state the configuration asks for); a status already there is kept across restarts, and
+  only the leader's vacancy stamp is taken off it (a versioned write: an operator's
+  change in between is never overwritten).
 """
 
 from __future__ import annotations
@@ -23,18 +27,18 @@ import threading
 import time
 
 from registry.errors import NodeExistsError, RegistryError
-from registry.protocol import RegistryCenter
+from registry.protocol import Create, Node, Op, RegistryCenter, Set
 from registry.recipes.cache import TreeCache
+from registry.recipes.versioned import update
+from sharding.assignment import CorruptNodeError
 from sharding.errors import ShardingError
 from sharding.instance import InstanceIdentity
+from sharding.job_state import ServerRecord, encode_server, server_status
 from sharding.layout import JobPaths
 
-__all__ = ["DISABLED", "ENABLED", "Membership"]
+__all__ = ["Membership"]
 
 log = logging.getLogger("sharding")
-
-ENABLED = b"ENABLED"
-DISABLED = b"DISABLED"
 
 
 class Membership:
@@ -61,16 +65,39 @@ class Membership:
         return version is not None and self._cache.version(self.path) == version
 
     def join(self, *, server_enabled: bool) -> None:
-        """Write the server's status, then register."""
-        status = ENABLED if server_enabled else DISABLED
-        self._reg.put(self.server_path, status)
-        # what the cache must show before the election: the server's enabled-ness as written
-        # (a server it does not know yet counts as enabled, so an enabled start waits for nothing)
-        self._cache.wait_until(
-            lambda: (self._cache.get(self.server_path) == DISABLED) == (not server_enabled),
-            self._reg.session_timeout,
-        )
+        """Make sure the server has a status (``server_enabled`` when it has none), then
+        register."""
+        enabled = self.ensure_server(server_enabled)
+        # what the cache must show before the election: the server's enabled-ness as stored
+        # (a server it does not know yet counts as enabled, so an enabled one waits for nothing)
+        self._cache.wait_until(lambda: self._cached_server_enabled() == enabled, self._reg.session_timeout)
         self.register()
+
+    def ensure_server(self, enabled_if_new: bool) -> bool:
+        """Create ``servers/{ip}`` if absent, else keep its status and drop a vacancy stamp;
+        returns whether the server is enabled."""
+        path = self.server_path
+
+        def plan(node: Node | None) -> list[Op]:
+            if node is None:
+                return [Create(path, encode_server(enabled_if_new))]
+            record = _decoded(path, node)
+            if record is None or record.vacant_since is None:
+                return []  # a corrupt status is left as found (and reads as enabled)
+            return [Set(path, encode_server(record.enabled), node.version)]
+
+        node = update(self._reg, lambda: self._reg.get_node(path), plan, what=f"status of {path}")
+        if node is None:
+            return enabled_if_new
+        record = _decoded(path, node)
+        return record is None or record.enabled
+
+    def _cached_server_enabled(self) -> bool:
+        node = self._cache.get_node(self.server_path)
+        if node is None:
+            return True
+        record = _decoded(self.server_path, node)
+        return record is None or record.enabled
 
     def register(self) -> None:
         """Create this instance's ephemeral node, or adopt it if it is the one written in
@@ -107,7 +134,7 @@ class Membership:
             if node is not None and node.version == self.version:
                 return
         try:
-            self._reg.put(self.server_path, self._cache.get(self.server_path) or ENABLED)
+            self.ensure_server(True)
             self.register()
             log.info("job %s: instance %s registered again", self._paths.job, self.identity.instance_id)
         except (RegistryError, ShardingError):
@@ -117,3 +144,11 @@ class Membership:
 
     def leave(self) -> None:
         self._reg.delete(self.path)
+
+
+def _decoded(path: str, node: Node) -> ServerRecord | None:
+    try:
+        return server_status(path, node.value)
+    except CorruptNodeError as exc:
+        log.error("%s", exc)
+        return None

@@ -24,7 +24,6 @@ run costs two writes: the fenced mark and its removal.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import threading
 import time
@@ -37,12 +36,15 @@ from registry.paths import is_below, parent
 from registry.protocol import Check, Create, Delete, Event, EventKind, Node, RegistryCenter, SessionState, Set
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
-from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, decode_items, encode_items
+from registry.recipes.versioned import update
+from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, encode_items
 from sharding.errors import ShardingError, ShardingTimeout
 from sharding.failover import FailoverEntry, FailoverQueue, MissedFires, RunTrace, plan_entries
 from sharding.instance import InstanceIdentity
+from sharding.job_state import JobState, disabled_items, instance_record, server_status
 from sharding.layout import JobPaths, is_running_marks
-from sharding.membership import DISABLED, ENABLED, Membership
+from sharding.membership import Membership
+from sharding.operations import plan_items, plan_servers, plan_vacancies
 from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
 from sharding.strategy_loader import check_assignment, get_strategy
 
@@ -64,6 +66,8 @@ class ShardingSettings:
     static: bool = False
     #: keep running marks persistent and queue a departed instance's undone work
     failover: bool = False
+    #: the leader's reconcile deletes ``servers/{ip}`` vacant this long (<= 0: never)
+    server_expiry_seconds: float = 86_400.0
 
     def __post_init__(self) -> None:
         if isinstance(self.total, bool) or not isinstance(self.total, int) or self.total < 1:
@@ -232,25 +236,35 @@ class ShardingService:
         return self._cache.children(self.paths.instances)
 
     def server_enabled(self, ip: str) -> bool:
-        return self._cache.get(self.paths.server(ip)) != DISABLED
+        """A server with no status node, or one that does not decode, counts as enabled."""
+        path = self.paths.server(ip)
+        node = self._cache.get_node(path)
+        if node is None:
+            return True
+        try:
+            return server_status(path, node.value).enabled
+        except CorruptNodeError as exc:
+            self._report_corrupt(path, node.version, exc.problem)
+            return True
 
     def available_instances(self) -> list[str]:
         """Online instances on enabled servers, in ElasticJob's order: descending strings."""
         available = []
         for instance_id in self.online_instances():
-            ip = _ip_of(self._cache.get(self.paths.instance(instance_id)), instance_id)
+            ip = instance_record(instance_id, self._cache.get(self.paths.instance(instance_id))).ip
             if self.server_enabled(ip):
                 available.append(instance_id)
         return sorted(available, reverse=True)
 
     def disabled_items(self) -> set[int]:
-        raw = self._cache.get(self.paths.disabled_items)
-        if not raw:
+        path = self.paths.disabled_items
+        node = self._cache.get_node(path)
+        if node is None:
             return set()
         try:
-            return set(decode_items(raw.decode()))
-        except (UnicodeDecodeError, ValueError) as exc:
-            self._report_corrupt(self.paths.disabled_items, -1, str(exc))
+            return set(disabled_items(path, node.value))
+        except CorruptNodeError as exc:
+            self._report_corrupt(path, node.version, exc.problem)
             return set()
 
     def resharding_pending(self) -> bool:
@@ -377,35 +391,23 @@ class ShardingService:
 
     # -- operations -------------------------------------------------------------------
     def set_server_enabled(self, ip: str, enabled: bool) -> None:
-        self._reg.put(self.paths.server(ip), ENABLED if enabled else DISABLED)
+        """Enable or disable server ``ip`` for this job: one versioned write."""
+        update(
+            self._reg,
+            lambda: JobState.read(self._reg, self.job),
+            lambda state: plan_servers(state, [ip], enabled),
+            what=f"job {self.job}: server {ip}",
+        )
 
     def set_items_disabled(self, items: Sequence[int], disabled: bool) -> None:
         """Disable (or enable) ``items`` of this job: ONE write at the version read from the
-        registry (not the cache), retried on a race, so a concurrent change is never lost."""
-        bad = [
-            i
-            for i in items
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self._settings.total
-        ]
-        if bad:
-            raise ValueError(f"job {self.job}: items {bad} are not in 0..{self._settings.total - 1}")
-        path = self.paths.disabled_items
-        for _ in range(10):
-            node = self._reg.get_node(path)
-            try:
-                current = set(decode_items(node.value.decode())) if node is not None and node.value else set()
-            except (UnicodeDecodeError, ValueError) as exc:
-                self._report_corrupt(path, node.version if node is not None else -1, str(exc))
-                current = set()
-            updated = current | set(items) if disabled else current - set(items)
-            value = encode_items(updated).encode()
-            op = Create(path, value) if node is None else Set(path, value, node.version)
-            try:
-                self._reg.transaction([op])
-                return
-            except TransactionError:
-                continue  # changed since the read: read it again
-        raise ShardingError(f"job {self.job}: {path} kept changing; items {sorted(items)} not updated")
+        registry (not the cache), made again on a race, so a concurrent change is never lost."""
+        update(
+            self._reg,
+            lambda: JobState.read(self._reg, self.job),
+            lambda state: plan_items(state, items, disabled, self._settings.total),
+            what=f"job {self.job}: disabled items",
+        )
 
     def request_resharding(self, reason: str = "requested") -> None:
         self._reg.put(self.paths.necessary, reason.encode())
@@ -417,6 +419,24 @@ class ShardingService:
         marks, unless it flags."""
         self._marks_unchecked = True
         self._evaluate()
+        if self.is_leader and not self.stopping:
+            self._upkeep_servers()
+
+    def _upkeep_servers(self) -> None:
+        """Stamp vacant servers, delete long-vacant ones, drop orphaned shutdown requests
+        (``operations.plan_vacancies``): one read of the job and, if needed, one write."""
+        expiry = self._settings.server_expiry_seconds
+        try:
+            update(
+                self._reg,
+                lambda: JobState.read(self._reg, self.job),
+                lambda state: plan_vacancies(state, time.time(), expiry),
+                what=f"job {self.job}: server upkeep",
+            )
+        except RegistryError:
+            log.warning(
+                "job %s: server upkeep failed; retrying at the next reconcile", self.job, exc_info=True
+            )
 
     def _needs_resharding(self) -> str | None:
         node = self._cache.get_node(self.paths.assignment)
@@ -544,7 +564,14 @@ class ShardingService:
         ran = dict(self._ran_at_fence)
         planned = self._compute(settings, previous)
         new = Assignment(
-            epoch + 1, AssignmentState.READY, settings.total, planned, settings.strategy, me, leader_version, ran
+            epoch + 1,
+            AssignmentState.READY,
+            settings.total,
+            planned,
+            settings.strategy,
+            me,
+            leader_version,
+            ran,
         )
         ops: list[Check | Create | Set | Delete] = [
             *fence_ops,
@@ -793,9 +820,7 @@ class ShardingService:
     def _on_change(self, event: Event) -> None:
         if not is_below(event.path, self.paths.root):
             return
-        own_node_gone = (
-            event.path == self.membership.path and event.kind is EventKind.DELETED
-        )
+        own_node_gone = event.path == self.membership.path and event.kind is EventKind.DELETED
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
         if own_node_gone and live and not self.stopping:
             # never shut down because our node vanished (ElasticJob does): register again
@@ -821,14 +846,3 @@ class ShardingService:
     def _reregister(self) -> None:
         if not self.stopping:
             self.membership.register_again()
-
-
-def _ip_of(raw: bytes | None, instance_id: str) -> str:
-    if raw:
-        try:
-            doc = json.loads(raw)
-            if isinstance(doc, dict) and isinstance(doc.get("ip"), str):
-                return str(doc["ip"])
-        except (ValueError, UnicodeDecodeError):
-            pass
-    return instance_id.split("@-@", 1)[0]

@@ -204,7 +204,9 @@ class BaseRegistry(abc.ABC):
     #: the URL query options this backend takes (documented in its class docstring)
     url_options: frozenset[str] = frozenset({"session_timeout", "connect_timeout"})
     #: what callers may rely on (``registry.protocol.Characteristic``); a server's by default
-    characteristics: frozenset[Characteristic] = frozenset({Characteristic.NETWORK, Characteristic.DISTRIBUTED})
+    characteristics: frozenset[Characteristic] = frozenset(
+        {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
+    )
 
     def __init__(self, parsed: RegistryURL) -> None:
         self._parsed = parsed
@@ -263,6 +265,12 @@ class BaseRegistry(abc.ABC):
 
     def children(self, path: str) -> list[str]:
         return sorted(self._call(self._children, self._stored(path)))
+
+    def read_tree(self, path: str) -> dict[str, Node]:
+        nodes = self._call(self._read_tree, self._stored(path))
+        tree = {self._ns.to_client(stored): node for stored, node in nodes.items()}
+        tree.pop("/", None)  # the implicit root (under a namespace, the namespace's own node)
+        return tree
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
         stored = self._stored_writable(path)
@@ -556,6 +564,10 @@ class BaseRegistry(abc.ABC):
 
     @abc.abstractmethod
     def _children(self, path: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def _read_tree(self, path: str) -> dict[str, Node]:
+        """Stored path -> node for ``path`` and everything below it."""
 
     @abc.abstractmethod
     def _create(self, path: str, value: bytes, ephemeral: bool) -> None: ...

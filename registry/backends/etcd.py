@@ -118,6 +118,22 @@ class EtcdRegistry(BaseRegistry):
         names = {bytes(kv.key)[len(prefix) :].split(b"/", 1)[0] for kv in response.kvs}
         return [name.decode("utf-8", "replace") for name in names if name and b"\x00" not in name]
 
+    def _read_tree(self, path: str) -> dict[str, Node]:
+        # one range read of the node and everything below it (parent keys are stored nodes)
+        below = enc(subtree_prefix(path))
+        reads = [range_op(below, prefix_range_end(below))]
+        if path != "/":
+            reads.insert(0, range_op(enc(path)))
+        response = self._conn.txn(
+            etcdrpc.TxnRequest(compare=[], success=reads, failure=[]), idempotent=True, action="read"
+        )
+        return {
+            key: kv_node(kv)
+            for r in response.responses
+            for kv in r.response_range.kvs
+            if "\x00" not in (key := bytes(kv.key).decode("utf-8", "replace"))
+        }
+
     # -- writes ----------------------------------------------------------------------------
     def _create(self, path: str, value: bytes, ephemeral: bool) -> None:
         missing: set[str] = set()  # optimistic: parents usually exist

@@ -462,6 +462,10 @@ class MemoryRegistry(BaseRegistry):
         self._online()
         return self.store.children(path)
 
+    def _read_tree(self, path: str) -> dict[str, Node]:
+        self._online()
+        return self.store.snapshot(path)
+
     def _create(self, path: str, value: bytes, ephemeral: bool) -> None:
         self._online()
         self.store.create(path, value, self._owner(ephemeral))

@@ -194,6 +194,9 @@ class ZooKeeperRegistry(BaseRegistry):
             is not None
         )
 
+    def _read_tree(self, path: str) -> dict[str, Node]:
+        return self._io.read(path, functools.partial(self._io.tree, path))
+
     def _children(self, path: str) -> list[str]:
         def read(deadline: float) -> list[str]:
             try:

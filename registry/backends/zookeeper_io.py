@@ -58,6 +58,7 @@ from registry.errors import (
     SessionLostError,
 )
 from registry.paths import join
+from registry.protocol import Node
 
 __all__ = [
     "ROOT_SYSTEM_NODE",
@@ -235,6 +236,28 @@ class ZkIO:
             level = next_level
             first = False
         return out
+
+    def tree(self, root: str, deadline: float) -> dict[str, Node]:
+        """``root`` and every node below it, read level by level: one pipelined round of a
+        data and a children request per node, so round trips follow the depth, not the
+        node count. Not a snapshot (see ``subtree``); a node gone meanwhile is left out."""
+        client = self.client
+        nodes: dict[str, Node] = {}
+        level = [root]
+        while level:
+            next_level: list[str] = []
+            for chunk in _chunks(level, _PIPELINE):
+                pending = [(p, client.get_async(p), client.get_children_async(p)) for p in chunk]
+                for path, data_result, kids_result in pending:
+                    try:
+                        data, stat = self.wait(data_result, deadline)
+                        names = self.wait(kids_result, deadline)
+                    except KzNoNode:
+                        continue
+                    nodes[path] = Node(data or b"", stat.version, stat.ephemeralOwner != 0)
+                    next_level.extend(join(path, n) for n in visible_children(path, names))
+            level = next_level
+        return nodes
 
 
 def visible_children(path: str, names: Iterable[str]) -> list[str]:
