@@ -32,6 +32,7 @@ BENCHMARK_NAMES = (
     "resharding_scale",
     "scheduler_lateness",
     "fleet_requests",
+    "cluster_ops",
     "registry_latency",
 )
 

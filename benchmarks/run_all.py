@@ -31,6 +31,7 @@ BENCHMARKS = (
     "resharding_scale",
     "scheduler_lateness",
     "fleet_requests",
+    "cluster_ops",
 )
 assert set(BENCHMARKS) == set(BENCHMARK_NAMES), "run_all and the report list different benchmarks"
 

@@ -181,7 +181,7 @@ class Cluster:
             self.shutdown(name, timeout=timeout)
         self._update(name, plan_remove, "remove")
 
-    def update_config(self, name: str, **fields: Any) -> JobConfig:
+    def update_config(self, name: str, /, **fields: Any) -> JobConfig:
         """Change fields of the stored configuration, validated as ``add_job`` validates
         (``ValueError`` naming the field), in one write at the version read: two operators
         changing different fields both land. Running instances apply it at once."""

@@ -52,6 +52,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "resharding_scale",
         "scheduler_lateness",
         "fleet_requests",
+        "cluster_ops",
     }
     assert set(run_all.BENCHMARKS) == set(BENCHMARK_NAMES) == expected
 
@@ -138,6 +139,18 @@ def test_fleet_requests_quick(quick_run: Path) -> None:
         assert figures["server_requests_per_s"] > 0 and figures["requests_per_job_fire"] > 0
 
 
+def test_cluster_ops_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "cluster_ops")
+    assert [r["backend"] for r in document["results"]] == ["memory", "zookeeper", "etcd"]
+    for figures in document["results"]:
+        rows = {row["operation"]: row for row in figures["rows"]}
+        for read in ("jobs", "status JOB", "servers", "config get JOB", "dump JOB"):
+            assert rows[read]["calls_per_call"] == 1  # one read_tree, whatever the job's size
+        if figures["backend"] == "etcd":
+            # one range request; the schedulers' own keep-alives are subtracted only on average
+            assert 0.5 <= rows["status JOB"]["server_requests_per_call"] <= 2
+
+
 def test_elasticjob_count_is_derived_per_item() -> None:
     # 2 writes per item (running node created and deleted), 3 checks per item, 2 reads
     assert registry_cost.elasticjob_round_trips(1) == {"writes": 2, "reads": 5, "total": 7}
@@ -163,6 +176,7 @@ def test_the_report_renders_every_section_from_quick_results(quick_run: Path) ->
         "### Resharding at scale",
         "### Fire lateness and footprint",
         "### A fleet's requests at the server",
+        "### Operator calls on a live cluster",
         "### Registry call latency",
     ):
         assert heading in report
