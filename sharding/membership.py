@@ -64,14 +64,17 @@ class Membership:
         version = self.version
         return version is not None and self._cache.version(self.path) == version
 
-    def join(self, *, server_enabled: bool) -> None:
+    def join(self, *, server_enabled: bool) -> bool:
         """Make sure the server has a status (``server_enabled`` when it has none), then
-        register."""
+        register; returns whether the server is enabled (as stored, which wins)."""
         enabled = self.ensure_server(server_enabled)
         # what the cache must show before the election: the server's enabled-ness as stored
         # (a server it does not know yet counts as enabled, so an enabled one waits for nothing)
-        self._cache.wait_until(lambda: self._cached_server_enabled() == enabled, self._reg.session_timeout)
+        self._cache.wait_until(
+            lambda: self._cached_server_enabled() == enabled, self._reg.session_timeout, under=self.server_path
+        )
         self.register()
+        return enabled
 
     def ensure_server(self, enabled_if_new: bool) -> bool:
         """Create ``servers/{ip}`` if absent, else keep its status and drop a vacancy stamp;
@@ -86,7 +89,16 @@ class Membership:
                 return []  # a corrupt status is left as found (and reads as enabled)
             return [Set(path, encode_server(record.enabled), node.version)]
 
-        node = update(self._reg, lambda: self._reg.get_node(path), plan, what=f"status of {path}")
+        cached = self._cache.get_node(path)
+        if cached is not None and not plan(cached):
+            record = _decoded(path, cached)
+            return record is None or record.enabled  # nothing to write: no round trip
+        unread = [cached]  # the cache's view first: a new server costs the create alone
+
+        def read() -> Node | None:
+            return unread.pop() if unread else self._reg.get_node(path)
+
+        node = update(self._reg, read, plan, what=f"status of {path}")
         if node is None:
             return enabled_if_new
         record = _decoded(path, node)
@@ -118,12 +130,12 @@ class Membership:
                         return
                     if time.monotonic() > deadline:
                         raise ShardingError(f"instance node {path} is held by another session") from None
-                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5)
+                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5, under=path)
                     continue
                 self._value = value
                 node = self._reg.get_node(path)
                 self.version = None if node is None else node.version
-                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout)
+                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout, under=path)
                 return
 
     def register_again(self) -> None:

@@ -190,8 +190,8 @@ class ShardingService:
             self._cache.start()
         self._cache.add_listener(self._on_change, under=self.paths.root)
         self._reg.add_listener(self._on_session)
-        self.membership.join(server_enabled=server_enabled)
-        self._election.start(participate=server_enabled)
+        enabled = self.membership.join(server_enabled=server_enabled)
+        self._election.start(participate=enabled)
         with self._state_lock:
             if self._phase is _Phase.JOINING:
                 self._phase = _Phase.JOINED
@@ -344,7 +344,7 @@ class ShardingService:
                 raise ShardingTimeout(
                     f"job {self.job}: no ready assignment within {bound:g}s (leader: {leader})"
                 )
-            self._cache.wait_until(lambda: self._ready() is not None, min(remaining, 0.5))
+            self._cache.wait_until(lambda: self._ready() is not None, min(remaining, 0.5), under=self.paths.root)
 
     def local_items(self, current: CurrentAssignment) -> list[int]:
         """This instance's items in ``current``, minus disabled items."""
@@ -630,6 +630,7 @@ class ShardingService:
                 and cached.version > fenced
             ),
             self.wait_timeout,
+            under=self.paths.root,
         )
 
     def _cache_caught_up(self, node: Node) -> bool:
@@ -645,7 +646,7 @@ class ShardingService:
                 and not self._cache.exists(self.paths.necessary)
             )
 
-        return self._cache.wait_until(caught_up, _CACHE_CATCH_UP)
+        return self._cache.wait_until(caught_up, _CACHE_CATCH_UP, under=self.paths.root)
 
     def _departed_ops(
         self, settings: ShardingSettings, previous: Assignment | None, running: list[str] | None = None

@@ -43,7 +43,13 @@ class TreeCache:
         #: children by parent, only for nodes that have some (dicts of str: the garbage
         #: collector skips them; sets it would walk, a dozen per job)
         self._kids: dict[str, dict[str, None]] = {}
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        #: wakes waiters on any change; ``_path_waits`` wakes those that follow one subtree
+        self._changed = threading.Condition(self._lock)
+        #: subtree -> (its condition, its waiter count). Hazard: with 1,000 jobs starting
+        #: side by side, waking every waiter on every change (each re-checking under the
+        #: lock) made the waits, not the registry, the bottleneck of ``start()``
+        self._path_waits: dict[str, tuple[threading.Condition, int]] = {}
         # listeners by the subtree they follow: an event reaches only those at or above its
         # path, found by walking its few ancestors, so 1,000 jobs sharing one cache cost
         # O(depth) per event, not O(jobs)
@@ -74,6 +80,8 @@ class TreeCache:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+            for condition, _ in self._path_waits.values():
+                condition.notify_all()
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -117,19 +125,41 @@ class TreeCache:
         with self._changed:
             return sorted(basename(p) for p in self._kids.get(path, ()))
 
-    def wait_until(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
-        """Wait for ``predicate`` (evaluated under the cache lock) to hold, woken by changes;
-        False when ``timeout`` runs out or the cache is closed."""
+    def wait_until(
+        self, predicate: Callable[[], bool], timeout: float | None, *, under: str | None = None
+    ) -> bool:
+        """Wait for ``predicate`` (evaluated under the cache lock) to hold, woken by changes
+        — only by those at or below ``under`` when given, so the predicate must depend on
+        nothing else; False when ``timeout`` runs out or the cache is closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while not predicate():
-                if self._closed:
-                    return False
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
+        with self._lock:
+            if predicate():
+                return True
+            condition = self._changed if under is None else self._enter_wait(under)
+            try:
+                while not predicate():
+                    if self._closed:
+                        return False
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    condition.wait(remaining)
+                return True
+            finally:
+                if under is not None:
+                    self._leave_wait(under)
+
+    def _enter_wait(self, under: str) -> threading.Condition:
+        condition, waiters = self._path_waits.get(under) or (threading.Condition(self._lock), 0)
+        self._path_waits[under] = (condition, waiters + 1)
+        return condition
+
+    def _leave_wait(self, under: str) -> None:
+        condition, waiters = self._path_waits[under]
+        if waiters == 1:
+            del self._path_waits[under]
+        else:
+            self._path_waits[under] = (condition, waiters - 1)
 
     # -- maintenance -----------------------------------------------------------------------
     def _entry(self, path: str) -> tuple[bytes, int] | None:
@@ -173,7 +203,13 @@ class TreeCache:
                         kids = self._kids[owner] = {}
                     kids[event.path] = None
             self._changed.notify_all()
-            targets = [fn for p in _self_and_ancestors(event.path) for fn in self._listeners.get(p, ())]
+            lineage = _self_and_ancestors(event.path)
+            if self._path_waits:
+                for p in lineage:
+                    waits = self._path_waits.get(p)
+                    if waits is not None:
+                        waits[0].notify_all()
+            targets = [fn for p in lineage for fn in self._listeners.get(p, ())]
         for listener in targets:
             listener(event)
 

@@ -19,15 +19,21 @@ PROMPT = 10.0
 class _Waiter:
     """``cache.wait_until(predicate, LONG)`` on a thread of its own, its answer kept."""
 
-    def __init__(self, cache: TreeCache, path: str) -> None:
+    def __init__(self, cache: TreeCache, path: str, under: str | None = None) -> None:
         self.answer: bool | None = None
         self.took = 0.0
-        self.thread = threading.Thread(target=self._wait, args=(cache, path), daemon=True)
+        self.checks = 0
+        self.thread = threading.Thread(target=self._wait, args=(cache, path, under), daemon=True)
         self.thread.start()
 
-    def _wait(self, cache: TreeCache, path: str) -> None:
+    def _wait(self, cache: TreeCache, path: str, under: str | None) -> None:
         started = time.monotonic()
-        self.answer = cache.wait_until(lambda: cache.exists(path), LONG)
+
+        def present() -> bool:
+            self.checks += 1
+            return cache.exists(path)
+
+        self.answer = cache.wait_until(present, LONG, under=under)
         self.took = time.monotonic() - started
 
     def finished(self) -> bool:
@@ -65,3 +71,30 @@ def test_a_closed_cache_answers_waits_at_once(reg: BaseRegistry) -> None:
     started = time.monotonic()
     assert cache.wait_until(lambda: cache.exists("/c/never"), LONG) is False
     assert time.monotonic() - started < PROMPT
+
+
+def test_a_wait_under_a_subtree_ends_with_a_change_there_and_ignores_the_others(reg: BaseRegistry) -> None:
+    cache = TreeCache(reg, "/c").start()
+    try:
+        waiter = _Waiter(cache, "/c/mine/later", under="/c/mine")
+        wait_for(lambda: blocked_in(waiter.thread, "wait_until"), PROMPT, message="the waiter never began to wait")
+        checks = waiter.checks
+        for i in range(30):
+            reg.put(f"/c/other/n{i}", b"x")  # changes elsewhere: they must not wake it
+        reg.put("/c/mine/marker", b"m")  # proves the changes before it were applied
+        wait_for(lambda: cache.exists("/c/mine/marker"), PROMPT)
+        assert waiter.checks - checks <= 2, f"woken {waiter.checks - checks} times by changes it does not follow"
+        reg.put("/c/mine/later", b"1")
+        assert waiter.finished(), "the waiter did not see the node appear"
+        assert waiter.answer is True
+    finally:
+        cache.close()
+
+
+def test_close_wakes_a_wait_under_a_subtree(reg: BaseRegistry) -> None:
+    cache = TreeCache(reg, "/c").start()
+    waiter = _Waiter(cache, "/c/mine/never", under="/c/mine")
+    wait_for(lambda: blocked_in(waiter.thread, "wait_until"), PROMPT, message="the waiter never began to wait")
+    cache.close()
+    assert waiter.finished(), "a waiter under a subtree of a closed cache still waits"
+    assert waiter.answer is False
