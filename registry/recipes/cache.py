@@ -43,7 +43,8 @@ class TreeCache:
         #: children by parent, only for nodes that have some (dicts of str: the garbage
         #: collector skips them; sets it would walk, a dozen per job)
         self._kids: dict[str, dict[str, None]] = {}
-        self._lock = threading.Lock()
+        #: reentrant: a ``wait_until`` predicate reads the cache under it
+        self._lock = threading.RLock()
         #: wakes waiters on any change; ``_path_waits`` wakes those that follow one subtree
         self._changed = threading.Condition(self._lock)
         #: subtree -> (its condition, its waiter count). Hazard: with 1,000 jobs starting

@@ -98,3 +98,23 @@ def test_close_wakes_a_wait_under_a_subtree(reg: BaseRegistry) -> None:
     cache.close()
     assert waiter.finished(), "a waiter under a subtree of a closed cache still waits"
     assert waiter.answer is False
+
+
+def test_a_wait_may_read_the_cache_in_its_predicate(reg: BaseRegistry) -> None:
+    # the predicate runs under the cache's lock; reading children (which takes that lock
+    # too) must not deadlock the waiter or the cache's event thread
+    cache = TreeCache(reg, "/c").start()
+    try:
+        answers: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(cache.wait_until(lambda: cache.children("/c") == ["n"], LONG)),
+            daemon=True,
+        )
+        thread.start()
+        wait_for(lambda: blocked_in(thread, "wait_until"), PROMPT, message="the waiter never began to wait")
+        reg.put("/c/n", b"1")
+        thread.join(PROMPT)
+        assert answers == [True], "the waiter did not see the child appear (deadlocked on the cache's lock?)"
+        assert cache.exists("/c/n")
+    finally:
+        cache.close()
