@@ -1,9 +1,10 @@
 """``shardjob``: ``demo`` (no set-up, several instances in one process), ``worker`` (one
-worker process for real deployments and docker-compose) and ``history`` (the recorded
-item runs, from the history database).
+worker process for real deployments and docker-compose), ``history`` (the recorded item
+runs, from the history database) and the operator commands of ``cli_ops`` (``jobs``,
+``status``, ``servers``, ``trigger``, ``disable``, ``enable``, ``shutdown``, ``remove``,
+``config``, ``dump``).
 
-Exit codes a script can rely on: 0 done (or stopped by SIGTERM/SIGINT after a graceful
-shutdown), 2 bad usage or configuration, 3 registry unreachable, 1 anything else.
+Exit codes a script can rely on: ``exit_codes.ExitCode``.
 """
 
 from __future__ import annotations
@@ -21,17 +22,23 @@ from types import FrameType
 from typing import Any
 
 import registry
-from registry.errors import RegistryConnectionError, RegistryError
+from registry.errors import RegistryConnectionError, RegistryError, ShardJobError
+from scheduler.cli_format import format_table, iso_utc
+from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
+from scheduler.cli_ops import add_operation_commands, run_operation
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
+from scheduler.exit_codes import ExitCode
 from scheduler.history.engine import HistoryUnavailable
 from scheduler.metrics import MetricsUnavailable
 from scheduler.scheduler import Scheduler
+from sharding.assignment import CorruptNodeError
+from sharding.operations import NoSuchJob
 from sharding.strategy_loader import import_object
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = ExitCode.OK, ExitCode.ERROR, ExitCode.USAGE
 
 
 # -- demo ---------------------------------------------------------------------------------
@@ -256,12 +263,6 @@ def parse_since(text: str, now: float | None = None) -> float:
     return stamp.timestamp()
 
 
-def _iso(stamp: float | None) -> str:
-    from datetime import timezone
-
-    return "" if stamp is None else datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="milliseconds")
-
-
 def _history(args: argparse.Namespace) -> int:
     import json
 
@@ -285,8 +286,8 @@ def _history(args: argparse.Namespace) -> int:
                 table = [("at (UTC)", "fire (UTC)", "job", "items", "source", "instance", "state", "message")]
                 table += [
                     (
-                        _iso(t.creation_time)[:23],
-                        _iso(t.fire_time)[:19] if t.fire_time else "",
+                        iso_utc(t.creation_time)[:23],
+                        iso_utc(t.fire_time)[:19] if t.fire_time else "",
                         t.job_name,
                         t.sharding_items,
                         t.source,
@@ -302,8 +303,8 @@ def _history(args: argparse.Namespace) -> int:
                 table = [("fire (UTC)", "started", "job", "item", "source", "instance", "secs", "result")]
                 table += [
                     (
-                        _iso(r.fire_time)[:19],
-                        _iso(r.start_time)[11:23],
+                        iso_utc(r.fire_time)[:19],
+                        iso_utc(r.start_time)[11:23],
                         r.job_name,
                         str(r.sharding_item),
                         r.source,
@@ -319,9 +320,7 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([row.to_json() for row in found], indent=2))
         return EXIT_OK
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+    print(format_table(table[0], table[1:]))
     if not found:
         print("(nothing recorded)")
     return EXIT_OK
@@ -332,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shardjob",
         description="Distributed, sharded cron jobs on ZooKeeper, etcd or an in-process registry.",
-        epilog="Exit codes: 0 done, 1 error, 2 bad usage or configuration, 3 registry unreachable.",
+        epilog="Exit codes: 0 done, 1 error, 2 bad usage or configuration, 3 registry unreachable, "
+        "4 no such job.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings only)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -428,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="state changes of runs instead (RUNNING, FINISHED, ERROR, and fires not run: "
         "OWED, MISFIRE, SKIPPED, FENCED_OUT; RESHARDED)",
     )
+    add_operation_commands(commands)
     return parser
 
 
@@ -443,7 +444,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "history":
             return _history(args)
+        if args.command in OPERATION_COMMANDS:
+            return run_operation(args)
         return _worker(args)
+    except NoSuchJob as exc:
+        print(f"shardjob: {exc}", file=sys.stderr)
+        return ExitCode.NO_SUCH_JOB
+    except CorruptNodeError as exc:  # a ValueError, but the registry's fault, not the caller's
+        print(f"shardjob: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -452,9 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except RegistryConnectionError as exc:
         print(f"shardjob: registry unreachable: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return ExitCode.UNREACHABLE
     except RegistryError as exc:
         print(f"shardjob: registry error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except (ShardJobError, TimeoutError) as exc:
+        print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_ERROR
 
 

@@ -78,9 +78,9 @@ def plan_items(state: JobState, items: Sequence[int], disabled: bool, total: int
 
 def plan_trigger(state: JobState, stamp: bytes) -> list[Op]:
     """A trigger request for every live instance, each checked still registered."""
+    ops: list[Op] = [require_job(state)]
     if not state.instances:
         raise ValueError(f"job {state.job!r} has no live instance to trigger")
-    ops: list[Op] = [require_job(state)]
     for instance_id, record in sorted(state.instances.items()):
         ops.append(Check(state.paths.instance(instance_id), record.version))
         path = state.paths.trigger(instance_id)

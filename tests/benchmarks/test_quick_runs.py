@@ -146,6 +146,8 @@ def test_cluster_ops_quick(quick_run: Path) -> None:
         rows = {row["operation"]: row for row in figures["rows"]}
         for read in ("jobs", "status JOB", "servers", "config get JOB", "dump JOB"):
             assert rows[read]["calls_per_call"] == 1  # one read_tree, whatever the job's size
+        # the anchor reads the same nodes one call at a time: it must cost more calls
+        assert rows["anchor: one job node by node"]["calls_per_call"] > 10
         if figures["backend"] == "etcd":
             # one range request; the schedulers' own keep-alives are subtracted only on average
             assert 0.5 <= rows["status JOB"]["server_requests_per_call"] <= 2

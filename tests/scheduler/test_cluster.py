@@ -8,8 +8,6 @@ Real worker processes (SIGKILL, restarts) are in ``tests/scenarios/test_cluster_
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -17,90 +15,14 @@ from registry.counting import CountingRegistry
 from scheduler import (
     Cluster,
     ItemStatus,
-    JobConfig,
     JobStatus,
     LiveInstances,
     NoSuchJob,
     Scheduler,
-    ShardingContext,
 )
-from sharding.layout import JobPaths
 from tests.harness import Harness
+from tests.scheduler.cluster_kit import EVERY_SECOND, JOB, PATHS, A, B, Runs, config, owners, start
 from tests.waiting import holds_for, wait_for
-
-EVERY_SECOND = "* * * * * ?"
-JOB = "job"
-PATHS = JobPaths(JOB)
-A, B = "10.0.0.1@-@a", "10.0.0.2@-@b"
-
-
-class Runs:
-    """Every item run: (instance, fire time, item, start, end)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rows: list[tuple[str, float, int]] = []
-        self.hold = threading.Event()
-        self.hold.set()
-
-    def job(self, instance: str) -> Any:
-        def run(ctx: ShardingContext) -> None:
-            with self.lock:
-                self.rows.append((instance, ctx.fire_time, ctx.sharding_item))
-            self.hold.wait(30)
-
-        return run
-
-    def items_after(self, after: float, instance: str | None = None) -> set[int]:
-        with self.lock:
-            return {item for who, fire, item in self.rows if fire > after and instance in (None, who)}
-
-    def fires_after(self, after: float) -> list[float]:
-        with self.lock:
-            return sorted({fire for _, fire, _ in self.rows if fire > after})
-
-    def last_fire(self) -> float:
-        """The latest fire run so far (waiting for a first one)."""
-        fires: list[float] = wait_for(lambda: self.fires_after(0), 15, message="no fire ran")
-        return fires[-1]
-
-
-@pytest.fixture
-def namespace(harness: Harness) -> str:
-    return harness.fresh_namespace()
-
-
-@pytest.fixture
-def made() -> Iterator[list[Scheduler]]:
-    schedulers: list[Scheduler] = []
-    yield schedulers
-    for sched in reversed(schedulers):
-        sched.shutdown(wait=False)
-
-
-@pytest.fixture
-def cluster(harness: Harness, namespace: str) -> Iterator[Cluster]:
-    with Cluster(harness.url(namespace)) as made:
-        yield made
-
-
-def config(**fields: Any) -> JobConfig:
-    defaults: dict[str, Any] = {"name": JOB, "cron": EVERY_SECOND, "sharding_total_count": 4}
-    return JobConfig(**{**defaults, **fields})
-
-
-def start(harness: Harness, made: list[Scheduler], namespace: str, instance: str, job: JobConfig, runs: Runs) -> Scheduler:
-    sched = Scheduler(
-        harness.url(namespace, session_timeout=harness.min_session_timeout), instance_id=instance, max_workers=4
-    )
-    made.append(sched)
-    sched.add_job(job, runs.job(instance))
-    sched.start()
-    return sched
-
-
-def owners(cluster: Cluster) -> dict[int, str | None]:
-    return {view.item: view.instance for view in cluster.job(JOB).items}
 
 
 def test_views_follow_instances_joining_and_leaving(
