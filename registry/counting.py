@@ -44,6 +44,11 @@ class CountingRegistry:
         self.bytes_received = 0
         self.events = 0
 
+    @property
+    def inner(self) -> RegistryCenter:
+        """The registry it wraps."""
+        return self._inner
+
     # -- accounting -------------------------------------------------------------------
     def _count(self, method: str, sent: int = 0, received: int = 0) -> None:
         with self._lock:

@@ -185,20 +185,32 @@ class _StateCollector:
 
 
 def _registry_calls(sched: Scheduler, instance: str) -> Iterator[Any]:
-    """Round trips by operation, when the scheduler was given a ``CountingRegistry``."""
+    """Round trips and errors by operation, as the backend counted them (always on)."""
     from prometheus_client.core import CounterMetricFamily
 
+    from registry.backends.base import BaseRegistry
     from registry.counting import CountingRegistry
 
     try:
         reg = sched.registry
     except RuntimeError:
         return
-    if not isinstance(reg, CountingRegistry):
+    while isinstance(reg, CountingRegistry):  # a wrapper a user measures with
+        reg = reg.inner
+    if not isinstance(reg, BaseRegistry):
         return
+    stats = reg.call_stats
     calls = CounterMetricFamily(
         "shardjob_registry_calls", "Registry round trips by operation", labels=["instance", "operation"]
     )
-    for operation, count in sorted(reg.calls.items()):
+    for operation, count in sorted(stats.calls().items()):
         calls.add_metric([instance, operation], float(count))
+    errors = CounterMetricFamily(
+        "shardjob_registry_errors",
+        "Registry round trips that failed, by operation and error",
+        labels=["instance", "operation", "error"],
+    )
+    for (operation, error), count in sorted(stats.errors().items()):
+        errors.add_metric([instance, operation, error], float(count))
     yield calls
+    yield errors

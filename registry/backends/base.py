@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TypeVar
 
+from registry.call_stats import CallStats
 from registry.errors import (
     BadVersionError,
     NodeExistsError,
@@ -224,6 +225,8 @@ class BaseRegistry(abc.ABC):
         #: caller path -> stored path, for paths already validated (bounded: _STORED_MEMO)
         self._stored_paths: dict[str, str] = {}
         self._closed = False
+        #: round trips and errors by operation (registry/call_stats.py)
+        self.call_stats = CallStats()
 
     # -- identity ---------------------------------------------------------------------
     @property
@@ -511,13 +514,25 @@ class BaseRegistry(abc.ABC):
         return self._ns.to_client(stored)
 
     def _call(self, fn: Callable[..., _T], *args: object) -> _T:
-        """Run a primitive, rewriting stored paths in node errors back to caller paths."""
+        """Run a primitive, rewriting stored paths in node errors back to caller paths;
+        counted in ``call_stats`` under the operation's name (``_get_node`` -> ``get_node``)."""
+        operation = fn.__name__.lstrip("_")
         try:
-            return fn(*args)
+            result = fn(*args)
         except (NodeExistsError, NoNodeError) as exc:
+            self.call_stats.record(operation, type(exc).__name__)
             raise type(exc)(self._ns.to_client(exc.path)) from None
         except BadVersionError as exc:
+            self.call_stats.record(operation, "BadVersionError")
             raise BadVersionError(self._ns.to_client(exc.path), exc.expected) from None
+        except TxnOpFailed:
+            self.call_stats.record(operation, "TransactionError")  # what the caller gets
+            raise
+        except Exception as exc:
+            self.call_stats.record(operation, type(exc).__name__)
+            raise
+        self.call_stats.record(operation)
+        return result
 
     def _check_ops(self, ops: list[Op]) -> list[Op]:
         if len(ops) > MAX_TXN_OPS:

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from registry.counting import CountingRegistry
+from registry.errors import NodeExistsError
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.http import HttpEndpoint, parse_address
 from sharding.failover import FailoverEntry, FailoverQueue
@@ -101,10 +102,17 @@ def test_metrics_after_a_known_sequence_of_fires(harness: Harness, cleanup: list
         counting.round_trips, abs=5
     )  # the background (leader checks, a reconcile) may make a call between the two reads
     assert value(found, "shardjob_registry_calls_total", operation="transaction") >= runs  # a fenced mark per run
+    # errors by operation and error class: one refused create, counted as the caller saw it
+    refused = value(found, "shardjob_registry_errors_total", operation="create", error="NodeExistsError")
+    with pytest.raises(NodeExistsError):
+        counting.create(JobPaths("m").config, b"taken")
+    after = samples(endpoint.url)
+    assert value(after, "shardjob_registry_errors_total", operation="create", error="NodeExistsError") == refused + 1
+    assert value(after, "shardjob_registry_calls_total", operation="create") >= 1
     # label values stay bounded: no fire times, no messages
     for name, labels in found:
         if name.startswith("shardjob_"):
-            assert {k for k, _ in labels} <= {"job", "instance", "source", "outcome", "what", "reason", "operation", "le"}, name
+            assert {k for k, _ in labels} <= {"job", "instance", "source", "outcome", "what", "reason", "operation", "error", "le"}, name
 
 
 def test_two_schedulers_in_one_process_keep_separate_metrics(
