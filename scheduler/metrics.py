@@ -9,8 +9,11 @@ outcome, reason) — never a fire time or an error message.
 
 from __future__ import annotations
 
+import bisect
+import math
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from scheduler.context import ShardingContext
@@ -22,8 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsObserver", "MetricsUnavailable"]
 
-_LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
+#: upper bounds (s). Each bucket is one series per job: at 1,000 jobs every bound costs
+#: 1,000 lines in every scrape, so there are few, spread where alerts read them
+_LATENESS_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+_DURATION_BUCKETS = (0.01, 0.1, 1.0, 10.0, 60.0, 300.0, 1800.0)
 
 
 class MetricsUnavailable(RuntimeError):
@@ -38,6 +43,71 @@ def _prometheus() -> Any:
     return prometheus_client
 
 
+class _Counters:
+    """A labelled counter family kept as a dict: recording is one dict update under the
+    observer's lock (no child object per label set, no ``labels()`` lookup on the fire
+    path); collected as one family at scrape time, without ``_created`` series (one per
+    label set: at 1,000 jobs they would double the scrape)."""
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str], lock: threading.Lock) -> None:
+        self.name, self.doc, self.labels = name, doc, list(labels)
+        self._lock = lock
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, *key: str, amount: float = 1.0) -> None:
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def touch(self, *key: str) -> None:
+        """Expose ``key`` at 0 before anything happened (an alert can then use ``rate``)."""
+        with self._lock:
+            self._values.setdefault(key, 0.0)
+
+    def family(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        with self._lock:
+            values = sorted(self._values.items())
+        for key, value in values:
+            family.add_metric(list(key), value)
+        return family
+
+
+class _Histograms:
+    """A labelled histogram family kept as per-key bucket counts (see ``_Counters``)."""
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float], lock: threading.Lock) -> None:
+        self.name, self.doc, self.labels = name, doc, list(labels)
+        self._bounds = tuple(buckets)
+        self._lock = lock
+        #: key -> [count per bucket ..., count above the last bound, sum]
+        self._values: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, value: float, *key: str) -> None:
+        index = bisect.bisect_left(self._bounds, value)  # the first bound >= value: Prometheus' le
+        with self._lock:
+            entry = self._values.get(key)
+            if entry is None:
+                entry = self._values[key] = [0.0] * (len(self._bounds) + 2)
+            entry[index] += 1.0
+            entry[-1] += value
+
+    def family(self) -> Any:
+        from prometheus_client.core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
+        with self._lock:
+            values = [(key, list(entry)) for key, entry in sorted(self._values.items())]
+        for key, entry in values:
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*self._bounds, math.inf), entry[:-1], strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == math.inf else repr(bound), cumulative))
+            family.add_metric(list(key), buckets, sum_value=entry[-1])
+        return family
+
+
 class MetricsObserver(RunObserver):
     """Counts and times what the runner reports; ``registry`` is what /metrics exposes."""
 
@@ -45,80 +115,90 @@ class MetricsObserver(RunObserver):
         pc = _prometheus()
         self.registry = pc.CollectorRegistry(auto_describe=True)
         self._instance = scheduler.instance_id
+        lock = threading.Lock()
         labels = ["job", "instance"]
-        r = self.registry
-        self.fires_due = pc.Counter(
-            "shardjob_fires_due", "Fires that reached the runner, by source", [*labels, "source"], registry=r
-        )
-        self.fires_deferred = pc.Counter(
+        self.fires_due = _Counters("shardjob_fires_due", "Fires that reached the runner, by source", [*labels, "source"], lock)
+        self.fires_deferred = _Counters(
             "shardjob_fires_deferred",
             "Fires that could not run at once: owed (failover on), misfire (remembered) or skipped",
             [*labels, "what"],
-            registry=r,
+            lock,
         )
-        self.runs = pc.Counter(
-            "shardjob_runs", "Runs started (marked and handed to workers), by source", [*labels, "source"], registry=r
+        self.runs = _Counters(
+            "shardjob_runs", "Runs started (marked and handed to workers), by source", [*labels, "source"], lock
         )
-        self.fenced = pc.Counter(
-            "shardjob_runs_fenced",
-            "Fires whose fenced running mark was refused (nothing ran), by reason",
-            [*labels, "reason"],
-            registry=r,
+        self.fenced = _Counters(
+            "shardjob_runs_fenced", "Fires whose fenced running mark was refused (nothing ran), by reason", [*labels, "reason"], lock
         )
-        self.items = pc.Counter(
-            "shardjob_item_runs", "Item runs ended, by outcome", [*labels, "outcome"], registry=r
-        )
-        self.duration = pc.Histogram(
-            "shardjob_item_duration_seconds", "Time one item ran", labels, buckets=_DURATION_BUCKETS, registry=r
-        )
-        self.lateness = pc.Histogram(
+        self.items = _Counters("shardjob_item_runs", "Item runs ended, by outcome", [*labels, "outcome"], lock)
+        self.duration = _Histograms("shardjob_item_duration_seconds", "Time one item ran", labels, _DURATION_BUCKETS, lock)
+        self.lateness = _Histograms(
             "shardjob_fire_lateness_seconds",
             "Seconds from a scheduled fire time to its run's start (NORMAL runs)",
             labels,
-            buckets=_LATENESS_BUCKETS,
-            registry=r,
+            _LATENESS_BUCKETS,
+            lock,
         )
-        self.reshardings = pc.Counter(
-            "shardjob_reshardings", "Assignments this instance wrote as the job's leader", labels, registry=r
+        self.reshardings = _Counters(
+            "shardjob_reshardings", "Assignments this instance wrote as the job's leader", labels, lock
         )
-        self.resharding_duration = pc.Histogram(
+        # one histogram for the instance, not one per job: reshardings are rare per job, and
+        # a per-job histogram would cost every scrape a dozen lines per job
+        self.resharding_duration = _Histograms(
             "shardjob_resharding_duration_seconds",
-            "Time a resharding took on the leader (fence to new assignment cached)",
-            labels,
-            buckets=_LATENESS_BUCKETS,
-            registry=r,
+            "Time a resharding took on the leader (fence to new assignment cached), any job",
+            ["instance"],
+            _LATENESS_BUCKETS,
+            lock,
         )
-        self.history_dropped = pc.Counter(
+        self.history_dropped = _Counters(
             "shardjob_history_rows_dropped",
             "History rows dropped because the buffer was full (database down or slow)",
             ["instance"],
-            registry=r,
+            lock,
         )
-        self.history_dropped.labels(self._instance)
+        self.history_dropped.touch(self._instance)
+        r = self.registry
+        r.register(
+            _FamiliesCollector(
+                [
+                    self.fires_due,
+                    self.fires_deferred,
+                    self.runs,
+                    self.fenced,
+                    self.items,
+                    self.duration,
+                    self.lateness,
+                    self.reshardings,
+                    self.resharding_duration,
+                    self.history_dropped,
+                ],
+            )
+        )
         r.register(_StateCollector(scheduler, pc))
         history = scheduler.history
         if history is not None:
-            dropped = self.history_dropped.labels(self._instance)
-            history.on_drop = dropped.inc
+            instance, dropped = self._instance, self.history_dropped
+            history.on_drop = lambda count: dropped.inc(instance, amount=float(count))
         self._starts: dict[tuple[int, int], float] = {}
 
     def fire_due(self, job: str, fire_time: float, source: str) -> None:
-        self.fires_due.labels(job, self._instance, source).inc()
+        self.fires_due.inc(job, self._instance, source)
 
     def fire_deferred(self, job: str, fire_time: float, what: str) -> None:
-        self.fires_deferred.labels(job, self._instance, what).inc()
+        self.fires_deferred.inc(job, self._instance, what)
 
     def run_fenced(self, job: str, fire_time: float, reason: str) -> None:
-        self.fenced.labels(job, self._instance, reason).inc()
+        self.fenced.inc(job, self._instance, reason)
 
     def run_started(self, run: JobRun, source: str, task_id: str) -> None:
-        self.runs.labels(run.job_name, self._instance, source).inc()
+        self.runs.inc(run.job_name, self._instance, source)
         if source == NORMAL:
-            self.lateness.labels(run.job_name, self._instance).observe(max(0.0, run.started - run.fire_time))
+            self.lateness.observe(max(0.0, run.started - run.fire_time), run.job_name, self._instance)
 
     def resharded(self, job: str, epoch: int, seconds: float) -> None:
-        self.reshardings.labels(job, self._instance).inc()
-        self.resharding_duration.labels(job, self._instance).observe(seconds)
+        self.reshardings.inc(job, self._instance)
+        self.resharding_duration.observe(seconds, self._instance)
 
     def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
         self._starts[(id(run), ctx.sharding_item)] = time.perf_counter()
@@ -126,8 +206,22 @@ class MetricsObserver(RunObserver):
     def item_ended(self, run: JobRun, ctx: ShardingContext, error: BaseException | None) -> None:
         start = self._starts.pop((id(run), ctx.sharding_item), None)
         if start is not None:
-            self.duration.labels(run.job_name, self._instance).observe(time.perf_counter() - start)
-        self.items.labels(run.job_name, self._instance, "success" if error is None else "failure").inc()
+            self.duration.observe(time.perf_counter() - start, run.job_name, self._instance)
+        self.items.inc(run.job_name, self._instance, "success" if error is None else "failure")
+
+
+class _FamiliesCollector:
+    """Yields the observer's counter and histogram families at scrape time."""
+
+    def __init__(self, families: Sequence[_Counters | _Histograms]) -> None:
+        self._families = list(families)
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        for family in self._families:
+            yield family.family()
 
 
 class _StateCollector:
