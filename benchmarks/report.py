@@ -33,6 +33,7 @@ BENCHMARK_NAMES = (
     "scheduler_lateness",
     "fleet_requests",
     "cluster_ops",
+    "observability_overhead",
     "registry_latency",
 )
 

@@ -32,6 +32,7 @@ BENCHMARKS = (
     "scheduler_lateness",
     "fleet_requests",
     "cluster_ops",
+    "observability_overhead",
 )
 assert set(BENCHMARKS) == set(BENCHMARK_NAMES), "run_all and the report list different benchmarks"
 

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,24 +107,85 @@ def _label(backend: str) -> str:
     return "shardjob" if backend == "memory" else f"shardjob-{backend}"
 
 
-def _start_shardjob(jobs: int, recorder: _Recorder, url: str) -> Any:
+#: with --metrics, /metrics is scraped this often (s), as a Prometheus server would
+SCRAPE_INTERVAL = 10.0
+
+
+class _Started:
+    """A scheduler running in the child: how to stop it, and what it reports at the end
+    beyond lateness (history rows, scrapes)."""
+
+    def __init__(
+        self, shutdown: Callable[[], None], report: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
+        self.shutdown = shutdown
+        self.report: Callable[[], dict[str, Any]] = report or dict
+
+
+def _scraper(url: str, interval: float, stop: threading.Event, took: list[float]) -> threading.Thread:
+    import urllib.request
+
+    def run() -> None:
+        while not stop.wait(interval):
+            began = time.perf_counter()
+            with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+                resp.read()
+            took.append(time.perf_counter() - began)
+
+    thread = threading.Thread(target=run, name="bench-scraper", daemon=True)
+    thread.start()
+    return thread
+
+
+def _start_shardjob(
+    jobs: int, recorder: _Recorder, url: str, history: str = "", metrics: bool = False, scrape: float = SCRAPE_INTERVAL
+) -> _Started:
     from scheduler import JobConfig, Scheduler, ShardingContext
 
-    sched = Scheduler(url)
+    sched = Scheduler(url, history=history or None)
 
     def job(ctx: ShardingContext) -> None:
         recorder.record(ctx.job_name, ctx.fire_time)
 
     for i in range(jobs):
         sched.add_job(JobConfig(name=f"job-{i:05d}", cron="* * * * * ?"), job)
+    endpoint = sched.serve_http("127.0.0.1:0") if metrics else None
     sched.start()
-    return lambda: sched.shutdown(wait=False)
+    stop, scrapes = threading.Event(), list[float]()
+    if endpoint is not None and scrape > 0:
+        _scraper(endpoint.url, scrape, stop, scrapes)
+
+    def report() -> dict[str, Any]:
+        figures: dict[str, Any] = {}
+        if endpoint is not None:
+            figures["scrapes"] = len(scrapes)
+            figures["scrape_ms"] = round(1000 * max(scrapes), 1) if scrapes else None
+        writer = sched.history
+        if writer is not None:
+            flushed = writer.flush(60)
+            figures.update(
+                history_written=writer.written,
+                history_dropped=writer.dropped,
+                history_buffered=writer.buffered,
+                history_flushed=flushed,
+            )
+        return figures
+
+    def shutdown() -> None:
+        stop.set()
+        sched.shutdown(wait=False)
+        if endpoint is not None:
+            endpoint.close()
+
+    return _Started(shutdown, report)
 
 
 _scheduled = threading.local()
 
 
-def _start_apscheduler(jobs: int, recorder: _Recorder, url: str) -> Any:
+def _start_apscheduler(
+    jobs: int, recorder: _Recorder, url: str, history: str = "", metrics: bool = False, scrape: float = 0.0
+) -> _Started:
     from apscheduler.executors.base import run_job
     from apscheduler.executors.pool import ThreadPoolExecutor
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -164,7 +226,7 @@ def _start_apscheduler(jobs: int, recorder: _Recorder, url: str) -> Any:
         name = f"job-{i:05d}"
         sched.add_job(job, CronTrigger(second="*"), args=(name,), id=name)
     sched.start()
-    return lambda: sched.shutdown(wait=False)
+    return _Started(lambda: sched.shutdown(wait=False))
 
 
 class _Progress:
@@ -222,6 +284,11 @@ def _child(argv: list[str]) -> int:
     parser.add_argument("--progress", type=Path, required=True)
     parser.add_argument("--registry", default="", help="shardjob's registry URL")
     parser.add_argument("--counter", default="", help="BACKEND=HOST:PORT whose server requests to count")
+    parser.add_argument("--history", default="", help="shardjob: record runs to this database URL")
+    parser.add_argument("--metrics", action="store_true", help="shardjob: serve /metrics and scrape it")
+    parser.add_argument(
+        "--scrape-interval", type=float, default=SCRAPE_INTERVAL, help="with --metrics: s between scrapes (0: none)"
+    )
     args = parser.parse_args(argv)
     recorder = _Recorder()
     progress = _Progress(args.progress, recorder, args.jobs)
@@ -229,7 +296,14 @@ def _child(argv: list[str]) -> int:
     baseline_rss = _rss_mib()
     started = time.monotonic()
     starter = _start_apscheduler if args.scheduler == "apscheduler" else _start_shardjob
-    shutdown = starter(args.jobs, recorder, args.registry or f"memory://bench-lateness-{args.jobs}")
+    started_scheduler = starter(
+        args.jobs,
+        recorder,
+        args.registry or f"memory://bench-lateness-{args.jobs}",
+        args.history,
+        args.metrics,
+        args.scrape_interval,
+    )
     start_s = time.monotonic() - started
     # warm-up: every job has fired once (bounded: a scheduler that cannot keep up is
     # measured anyway, and says so), then a little more for caches and pools to settle
@@ -294,10 +368,12 @@ def _child(argv: list[str]) -> int:
         "cpu_share": round(cpu / args.duration, 3),
         "server": server,
     }
+    progress.phase = "reporting"
+    result.update(started_scheduler.report())
     args.result.write_text(json.dumps(result))
     progress.phase = "done"
     progress.stop()
-    shutdown()
+    started_scheduler.shutdown()
     return 0
 
 
@@ -424,17 +500,23 @@ def _run_child(
     *,
     registry: str = "",
     counter: str = "",
+    history: str = "",
+    metrics: bool = False,
+    scrape: float = SCRAPE_INTERVAL,
+    tag: str = "",
 ) -> dict[str, Any]:
     """The child's figures; if it runs out of ``bound``, what it had got to by then
     (``completed`` False) rather than an error: that is the figure for this job count."""
-    result_file = workdir / f"{scheduler}-{jobs}-{index}.json"
-    progress_file = workdir / f"{scheduler}-{jobs}-{index}.progress.json"
-    log_file = workdir / f"{scheduler}-{jobs}-{index}.log"
+    stem = f"{scheduler}{tag}-{jobs}-{index}"
+    result_file = workdir / f"{stem}.json"
+    progress_file = workdir / f"{stem}.progress.json"
+    log_file = workdir / f"{stem}.log"
     argv = [
         sys.executable, "-m", "benchmarks.scheduler_lateness", "_child", scheduler,
         "--jobs", str(jobs), "--duration", f"{duration:g}", "--warmup", f"{warmup:g}",
         "--result", str(result_file), "--progress", str(progress_file),
-        "--registry", registry, "--counter", counter,
+        "--registry", registry, "--counter", counter, "--history", history,
+        *(["--metrics", "--scrape-interval", f"{scrape:g}"] if metrics else []),
     ]  # fmt: skip
     with open(log_file, "wb") as log:
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import registry_cost, registry_latency, run_all, scheduler_lateness
+from benchmarks import observability_overhead, registry_cost, registry_latency, run_all, scheduler_lateness
 from benchmarks.report import BENCHMARK_NAMES
 from tests.servers.etcd import EtcdServer
 from tests.servers.external import ExternalServer
@@ -53,6 +53,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "scheduler_lateness",
         "fleet_requests",
         "cluster_ops",
+        "observability_overhead",
     }
     assert set(run_all.BENCHMARKS) == set(BENCHMARK_NAMES) == expected
 
@@ -153,6 +154,19 @@ def test_cluster_ops_quick(quick_run: Path) -> None:
             assert 0.5 <= rows["status JOB"]["server_requests_per_call"] <= 2
 
 
+def test_observability_overhead_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "observability_overhead")
+    variants = {r["variant"]: r for r in document["results"]}
+    assert set(variants) == {label for label, *_ in observability_overhead.VARIANTS}
+    assert variants["bare"]["p99_ratio"] == 1.0  # the anchor, measured in the same run
+    for figures in variants.values():
+        assert figures["fires"] > 0
+        if figures["history"]:
+            # the database is up throughout: every row written, none dropped or left behind
+            assert figures["history_written"] > 0
+            assert figures["history_dropped"] == figures["history_buffered"] == 0
+
+
 def test_elasticjob_count_is_derived_per_item() -> None:
     # 2 writes per item (running node created and deleted), 3 checks per item, 2 reads
     assert registry_cost.elasticjob_round_trips(1) == {"writes": 2, "reads": 5, "total": 7}
@@ -179,6 +193,7 @@ def test_the_report_renders_every_section_from_quick_results(quick_run: Path) ->
         "### Fire lateness and footprint",
         "### A fleet's requests at the server",
         "### Operator calls on a live cluster",
+        "### Observability overhead",
         "### Registry call latency",
     ):
         assert heading in report

@@ -85,10 +85,12 @@ def test_fleet_history_in_postgresql_with_a_sigkilled_worker(
         fleet.close()
         reader.close()
     capsys.readouterr()
-    assert main(["history", "settle", "--limit", "12", "--history", pg_url]) == 0
+    # an item the killed worker owned: its runs there, the failover runs, the new owner's
+    item = str(failover_rows[0].sharding_item)
+    assert main(["history", "settle", "--item", item, "--limit", "30", "--history", pg_url]) == 0
     table = capsys.readouterr().out
     with capsys.disabled():
         print("\n" + table)  # the history as an operator reads it (-s shows it)
-    assert "settle" in table
+    assert "FAILOVER" in table and c.instance_id in table
     assert main(["history", "settle", "--json", "--limit", "3", "--history", pg_url]) == 0
     assert len(json.loads(capsys.readouterr().out)) == 3
