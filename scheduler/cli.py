@@ -236,7 +236,11 @@ def _worker(args: argparse.Namespace) -> int:
     print(f"worker {sched.instance_id} running job {config.name!r}; SIGTERM stops it gracefully", flush=True)
     if endpoint is not None:
         print(f"serving /metrics /healthz /readyz /dump at {endpoint.url}", flush=True)
-    stop.wait()
+    # Hazard: the kernel may deliver SIGTERM to any thread (grpc's, kazoo's); the handler
+    # then runs only when the main thread next wakes, and a wait with no timeout never
+    # wakes. Waking each half second lets the handler run.
+    while not stop.wait(0.5):
+        pass
     sched.shutdown(wait=True)
     if endpoint is not None:
         endpoint.close()
