@@ -42,8 +42,9 @@ def test_new_client_is_connected(reg: BaseRegistry) -> None:
 
 
 def test_short_restart_suspends_then_reconnects(harness: Harness) -> None:
-    # the default session timeout: long enough to outlive the restart
-    reg = harness.connect(session_timeout=10)
+    # far longer than the restart takes, even on a loaded CI machine where a ZooKeeper
+    # restart (a JVM start) has taken past the default 10 s and expired the session
+    reg = harness.connect(session_timeout=30)
     reg.create("/e", b"v", ephemeral=True)
     states = StateLog()
     reg.add_listener(states)
