@@ -14,6 +14,7 @@ import pytest
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.cli import main, parse_since
 from scheduler.history import Execution, HistoryReader, HistoryWriter
+from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.servers.postgres import PostgresServer
 from tests.waiting import wait_for
@@ -116,17 +117,37 @@ def test_failover_runs_are_recorded(harness: Harness, history_url: str, schedule
     link = harness.link()
     config = JobConfig(name="fo", cron=EVERY_SECOND, sharding_total_count=4, failover=True)
 
+    victim_running = [0]
+    lock = threading.Lock()
+
     def hold(ctx: ShardingContext) -> None:
         threading.Event().wait(0.3)  # the item's work: the cut lands inside it
 
+    def victim_hold(ctx: ShardingContext) -> None:
+        with lock:
+            victim_running[0] += 1
+        try:
+            hold(ctx)
+        finally:
+            with lock:
+                victim_running[0] -= 1
+
     survivor = Scheduler(harness.url(namespace, session_timeout=timeout), history=history_url, max_workers=4)
     victim = Scheduler(link.url(namespace, session_timeout=timeout), max_workers=4)
-    for sched in (survivor, victim):
-        sched.add_job(config, hold)
+    for sched, job in ((survivor, hold), (victim, victim_hold)):
+        sched.add_job(config, job)
         schedulers.append(sched)
         sched.start()
     wait_for(lambda: victim.runner("fo").sharding.ready() is not None, 20, message="victim has items")
-    wait_for(lambda: 0.05 < time.time() % 1 < 0.2, 2, message="inside a run")
+    observer = harness.connect(namespace)  # straight to the server: caches leave marks out
+    mark = JobPaths("fo").running_of(victim.instance_id)
+    # inside a run: an item of the victim running before and after its mark is read
+    wait_for(
+        lambda: victim_running[0] > 0 and observer.exists(mark) and victim_running[0] > 0,
+        5,
+        interval=0.005,
+        message="inside a run",
+    )
     link.cut()
     try:
         wait_for(
