@@ -13,11 +13,13 @@ def iso_utc(stamp: float | None, *, timespec: str = "milliseconds") -> str:
     return "" if stamp is None else datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec=timespec)
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns aligned to their widest cell; the last column is not padded, so a long
-    message there does not widen the others."""
-    table = [list(header), *(list(row) for row in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+def format_table(header: Sequence[str] | None, rows: Sequence[Sequence[str]]) -> str:
+    """Columns aligned to their widest cell (no header line when ``header`` is None); the
+    last column is not padded, so a long message there does not widen the others."""
+    table = ([] if header is None else [list(header)]) + [list(row) for row in rows]
+    if not table:
+        return ""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     lines = []
     for row in table:
         cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]

@@ -197,7 +197,7 @@ def _status_text(detail: JobDetail) -> str:
         ("epoch", "(not sharded yet)" if detail.epoch is None else str(detail.epoch)),
         ("items", f"{detail.brief.sharding_total_count} ({running} running)"),
     ]
-    parts = [format_table(("", ""), head).split("\n", 1)[1]]
+    parts = [format_table(None, head)]
     instances = [
         (
             view.id + (" *" if view.leader else ""),
