@@ -209,6 +209,7 @@ class ShardingService:
             # leave membership first, so the next leader computes without this instance;
             # with failover, leave the last fire behind so the fires until the hand-over
             # are covered (the leader removes the trace when it reshards)
+            self._election.withdraw()
             running, last_fire = self.marks.path, self.marks.last_fire
             if self._settings.failover and last_fire is not None:
                 self._reg.put(running, RunTrace("left", (), last_fire).encode())
@@ -487,8 +488,12 @@ class ShardingService:
         reason = self._needs_resharding()
         if reason is not None and not self._cache.exists(self.paths.necessary):
             log.info("job %s: resharding needed: %s", self.job, reason)
+            # fenced: a flag from a leader that was deposed, or whose job an operator
+            # removed, while it evaluated must not land (it would re-create the job)
             try:
-                self._reg.put(self.paths.necessary, reason.encode())
+                self._reg.transaction([*self._election.fence_ops(), Create(self.paths.necessary, reason.encode())])
+            except TransactionError:
+                return False  # flagged meanwhile, or no longer leader
             except RegistryError:
                 if not self.stopping:
                     log.warning("job %s: could not flag resharding", self.job, exc_info=True)

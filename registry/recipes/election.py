@@ -111,11 +111,19 @@ class LeaderElection:
             self._watch = self._reg.watch(self._path, self._on_event)
         self.campaign()
 
-    def stop(self) -> None:
-        """Leave the election for good, handing leadership over at once if held."""
+    def withdraw(self) -> None:
+        """Never campaign again, but keep leadership (if held) until ``stop()``.
+
+        A leader that leaves withdraws first: once its other nodes are gone an operator
+        may delete the whole job, and the deletion of the leader node must not make it
+        campaign, which would create the job's nodes again."""
         with self._lock:
             self._participating = False
             self._stopped = True
+
+    def stop(self) -> None:
+        """Leave the election for good, handing leadership over at once if held."""
+        self.withdraw()
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None

@@ -1,0 +1,48 @@
+"""``LeaderElection``: a candidate campaigns again when the leader node goes, unless it
+has withdrawn — then deleting the job's nodes (an operator's ``remove``) must not make it
+create them again. Run on the three backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from registry.backends.base import BaseRegistry
+from registry.recipes.election import LeaderElection
+from tests.contract import PROMPT, peer, wait_for
+from tests.harness import Harness
+
+ROOT = "/job"
+LEADER = f"{ROOT}/leader/election/instance"
+
+
+@pytest.fixture
+def election(reg: BaseRegistry) -> Iterator[LeaderElection]:
+    made = LeaderElection(reg, LEADER, "a")
+    made.start()
+    assert made.is_leader
+    yield made
+    made.stop()
+
+
+def test_a_candidate_campaigns_again_when_its_node_is_deleted(
+    harness: Harness, reg: BaseRegistry, election: LeaderElection
+) -> None:
+    other = peer(harness, reg)
+    other.delete(ROOT)
+    wait_for(lambda: other.get(LEADER) == b"a" and election.is_leader, PROMPT)
+
+
+def test_a_withdrawn_leader_leads_until_stopped_and_never_campaigns_again(
+    harness: Harness, reg: BaseRegistry, election: LeaderElection
+) -> None:
+    other = peer(harness, reg)
+    election.withdraw()
+    assert election.is_leader and other.get(LEADER) == b"a"
+    other.delete(ROOT)
+    wait_for(lambda: not election.is_leader, PROMPT)
+    assert reg.flush_events(PROMPT), "events were not drained in time"
+    assert other.read_tree(ROOT) == {}, "a withdrawn candidate re-created the deleted nodes"
+    election.stop()
+    assert other.read_tree(ROOT) == {}
