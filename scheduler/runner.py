@@ -24,9 +24,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from registry.errors import NodeExistsError, RegistryError
-from registry.protocol import Event, EventKind, RegistryCenter
-from registry.recipes.batch import BatcherClosed, TransactionBatcher
+from registry.errors import NodeExistsError, RegistryError, TransactionError
+from registry.protocol import Create, Event, EventKind, RegistryCenter
+from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
@@ -77,6 +77,9 @@ class Runtime:
     workers: WorkerPool
     #: the group commit of every job's running marks (``registry.recipes.batch``)
     batcher: TransactionBatcher
+    #: start-up, shutdown and resharding transactions: ``batcher.commit`` on a registry
+    #: reached over the network (N jobs share round trips), else ``reg.transaction``
+    commit: Commit
     #: the worker pool's size: a run hands it at most this many tasks
     worker_count: int
     wait_timeout: float
@@ -219,6 +222,7 @@ class JobRunner:
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,
             on_resharded=functools.partial(self._rt.observer.resharded, self.name),
+            commit=self._rt.commit,
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
@@ -259,11 +263,16 @@ class JobRunner:
         if local.overwrite:
             reg.put(self.paths.config, local.to_json())
             return local
+        cached = self._rt.cache.get(self.paths.config)
+        if cached is not None:  # a job started before: no round trip
+            adopted = self._decode_config(cached)
+            return local if adopted is None else adopted
         try:
-            reg.create(self.paths.config, local.to_json())
+            self._rt.commit([Create(self.paths.config, local.to_json())])
             return local
-        except NodeExistsError:
-            pass
+        except TransactionError as exc:
+            if not isinstance(exc.cause, NodeExistsError):
+                raise
         raw = reg.get(self.paths.config)
         if raw is None:
             return local

@@ -47,7 +47,7 @@ F = TypeVar("F")
 T = TypeVar("T")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
-_STARTERS = 32
+_STARTERS = 128
 
 
 def _default_workers() -> int:
@@ -272,6 +272,7 @@ class Scheduler:
                 coordinator=coordinator,
                 workers=workers,
                 batcher=batcher,
+                commit=batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction,
                 worker_count=self._max_workers,
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
@@ -376,9 +377,10 @@ class Scheduler:
         if wait:
             for runner in runners:
                 runner.wait_idle()
-        runtime.batcher.close()  # what is queued (the last marks' removals) is committed first
-        # jobs leave side by side, as they start: each hand-over is a few round trips
+        runtime.batcher.flush()  # what is queued (the last marks' removals) is committed first
+        # jobs leave side by side, as they start, their hand-overs sharing transactions
         _each(runners, JobRunner.leave)
+        runtime.batcher.close()
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)

@@ -26,8 +26,9 @@ import logging
 import threading
 import time
 
-from registry.errors import NodeExistsError, RegistryError
-from registry.protocol import Create, Node, Op, RegistryCenter, Set
+from registry.errors import NodeExistsError, NoNodeError, RegistryError, TransactionError
+from registry.protocol import Create, Delete, Node, Op, RegistryCenter, Set
+from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
 from registry.recipes.versioned import update
 from sharding.assignment import CorruptNodeError
@@ -45,9 +46,16 @@ class Membership:
     """Registers ``identity`` (and its server) in ``paths``' job (module docstring)."""
 
     def __init__(
-        self, reg: RegistryCenter, paths: JobPaths, identity: InstanceIdentity, cache: TreeCache
+        self,
+        reg: RegistryCenter,
+        paths: JobPaths,
+        identity: InstanceIdentity,
+        cache: TreeCache,
+        *,
+        commit: Commit | None = None,
     ) -> None:
         self._reg = reg
+        self._commit = reg.transaction if commit is None else commit
         self._paths = paths
         self.identity = identity
         self._cache = cache
@@ -98,7 +106,7 @@ class Membership:
         def read() -> Node | None:
             return unread.pop() if unread else self._reg.get_node(path)
 
-        node = update(self._reg, read, plan, what=f"status of {path}")
+        node = update(self._reg, read, plan, what=f"status of {path}", commit=self._commit)
         if node is None:
             return enabled_if_new
         record = _decoded(path, node)
@@ -118,10 +126,9 @@ class Membership:
         deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
         with self._lock:
             while True:
+                fresh = self._value is None  # a new value (it holds a timestamp) is ours alone
                 value = self._value or self.identity.node_value()
-                try:
-                    self._reg.create(path, value, ephemeral=True)
-                except NodeExistsError:
+                if not self._created(path, value):
                     node = self._reg.get_node(path)
                     if node is None:
                         continue
@@ -133,10 +140,39 @@ class Membership:
                     self._cache.wait_until(lambda: not self._cache.exists(path), 0.5, under=path)
                     continue
                 self._value = value
-                node = self._reg.get_node(path)
-                self.version = None if node is None else node.version
-                self._cache.wait_until(lambda: self._cache.exists(path), self._reg.session_timeout, under=path)
+                self.version = self._written_version(path, value, fresh)
                 return
+
+    def _created(self, path: str, value: bytes) -> bool:
+        """Create the ephemeral node (in a group commit when the scheduler has one);
+        False if it exists."""
+        try:
+            self._commit([Create(path, value, ephemeral=True)])
+        except TransactionError as exc:
+            if isinstance(exc.cause, NodeExistsError):
+                return False
+            raise
+        return True
+
+    def _written_version(self, path: str, value: bytes, fresh: bool) -> int | None:
+        """The version of the node just created, once the cache shows it. A fresh value
+        identifies the node, so the cache's version is read without a round trip; a value
+        written before may still be the cache's view of the node this one replaced."""
+        seen: list[Node] = []
+
+        def shown() -> bool:
+            node = self._cache.get_node(path)
+            if node is not None and node.value == value:
+                seen[:] = [node]
+                return True
+            return False
+
+        timeout = self._reg.session_timeout
+        if fresh and self._cache.wait_until(shown, timeout, under=path):
+            return seen[0].version
+        node = self._reg.get_node(path)
+        self._cache.wait_until(lambda: self._cache.exists(path), timeout, under=path)
+        return None if node is None else node.version
 
     def register_again(self) -> None:
         """The node vanished, or a new session began: register again unless the node as
@@ -155,7 +191,11 @@ class Membership:
             )
 
     def leave(self) -> None:
-        self._reg.delete(self.path)
+        try:
+            self._commit([Delete(self.path)])
+        except TransactionError as exc:
+            if not isinstance(exc.cause, NoNodeError):
+                raise
 
 
 def _decoded(path: str, node: Node) -> ServerRecord | None:

@@ -31,9 +31,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from registry.errors import RegistryError, TransactionError
+from registry.errors import NoNodeError, RegistryError, TransactionError
 from registry.paths import is_below, parent
 from registry.protocol import Check, Create, Delete, Event, EventKind, Node, RegistryCenter, SessionState, Set
+from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
@@ -99,8 +100,12 @@ class ShardingService:
         wait_timeout: float = 30.0,
         missed_fires: MissedFires | None = None,
         on_resharded: Callable[[int, float], None] | None = None,
+        commit: Commit | None = None,
     ) -> None:
         self._reg = reg
+        # registration, election, leaving and resharding transactions: a scheduler's group
+        # commit, so N jobs starting, stopping or resharding together share round trips
+        self._commit = reg.transaction if commit is None else commit
         self.paths = JobPaths(job)
         self.identity = identity
         self._settings = settings
@@ -113,7 +118,7 @@ class ShardingService:
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
-        self.membership = Membership(reg, self.paths, identity, self._cache)
+        self.membership = Membership(reg, self.paths, identity, self._cache, commit=self._commit)
         #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
         self._ran_at_fence: dict[int, tuple[float, str]] = {}
         self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
@@ -147,6 +152,7 @@ class ShardingService:
             identity.instance_id,
             on_elected=self._on_elected,
             cache=self._cache,
+            commit=self._commit,
         )
 
     @property
@@ -214,13 +220,20 @@ class ShardingService:
             if self._settings.failover and last_fire is not None:
                 self._reg.put(running, RunTrace("left", (), last_fire).encode())
             else:
-                self._reg.delete(running)
+                self._delete(running)
             self.membership.leave()
             self._election.stop()
         except RegistryError:
             log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
         if self._own_cache:
             self._cache.close()
+
+    def _delete(self, path: str) -> None:
+        try:
+            self._commit([Delete(path)])
+        except TransactionError as exc:
+            if not isinstance(exc.cause, NoNodeError):
+                raise
 
     def update_settings(self, settings: ShardingSettings) -> None:
         """New total count, strategy or flags (e.g. from a config change)."""
@@ -491,7 +504,7 @@ class ShardingService:
             # fenced: a flag from a leader that was deposed, or whose job an operator
             # removed, while it evaluated must not land (it would re-create the job)
             try:
-                self._reg.transaction([*self._election.fence_ops(), Create(self.paths.necessary, reason.encode())])
+                self._commit([*self._election.fence_ops(), Create(self.paths.necessary, reason.encode())])
             except TransactionError:
                 return False  # flagged meanwhile, or no longer leader
             except RegistryError:
@@ -719,7 +732,7 @@ class ShardingService:
     def _transact(self, ops: Sequence[Check | Set | Create | Delete], fence: Sequence[Check]) -> bool:
         """Apply a resharding transaction guarded by the election's ``fence`` ops."""
         try:
-            self._reg.transaction(list(ops))
+            self._commit(list(ops))
             return True
         except TransactionError as exc:
             if any(exc.op is check for check in fence):  # the leader node or its term moved

@@ -43,12 +43,15 @@ from dataclasses import dataclass, field
 from registry.errors import RegistryError, TransactionError
 from registry.protocol import Check, Op, RegistryCenter
 
-__all__ = ["BatcherClosed", "CommitCallback", "TransactionBatcher"]
+__all__ = ["BatcherClosed", "Commit", "CommitCallback", "TransactionBatcher"]
 
 log = logging.getLogger("registry.batch")
 
 #: called with None once the caller's ops are applied, or with the error that refused them
 CommitCallback = Callable[[BaseException | None], None]
+
+#: applies one transaction: ``RegistryCenter.transaction`` or ``TransactionBatcher.commit``
+Commit = Callable[[Sequence[Op]], None]
 
 
 class BatcherClosed(RegistryError):
@@ -94,6 +97,7 @@ class TransactionBatcher:
         self._wake = threading.Condition()
         self._closed = False
         self._threads: list[threading.Thread] = []
+        self._in_flight = 0  # requests taken by a committer and not yet told
         self._stats = threading.Lock()
         #: shared transactions sent and caller transactions applied (for benchmarks and tests)
         self.commits = 0
@@ -119,6 +123,11 @@ class TransactionBatcher:
             if thread is not threading.current_thread():
                 thread.join(timeout)
 
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every request submitted so far has been told; False on timeout."""
+        with self._wake:
+            return self._wake.wait_for(lambda: not self._pending and not self._in_flight, timeout)
+
     # -- submitting -----------------------------------------------------------------------
     def submit(self, ops: Sequence[Op], callback: CommitCallback) -> None:
         """Queue ``ops`` as one transaction; ``callback(None)`` once applied, else
@@ -133,6 +142,33 @@ class TransactionBatcher:
             self._pending.append(_Request(ops, callback, size, time.monotonic(), written))
             if len(self._pending) == 1:
                 self._wake.notify()
+
+    def commit(self, ops: Sequence[Op]) -> None:
+        """``submit`` and wait: the caller's own transaction, applied together with what
+        other threads have queued; raises what ``reg.transaction(ops)`` would (a
+        ``TransactionError`` names the caller's own op). Start-up and shutdown of many
+        jobs write through it: N jobs' registrations cost N / batch round trips.
+
+        From a committer thread (a callback), or once closed, the transaction is applied
+        directly: waiting there for a committer would wait for itself."""
+        if threading.current_thread() in self._threads:
+            self._reg.transaction(ops)
+            return
+        done = threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def told(error: BaseException | None) -> None:
+            outcome.append(error)
+            done.set()
+
+        try:
+            self.submit(ops, told)
+        except BatcherClosed:
+            self._reg.transaction(ops)
+            return
+        done.wait()  # every submitted request is told, whatever happens to it
+        if outcome[0] is not None:
+            raise outcome[0]
 
     # -- the committer ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -149,8 +185,15 @@ class TransactionBatcher:
                         break
                     self._wake.wait(remaining)
                 batch = self._take()
+                taken = len(batch)  # _commit consumes the list: count it now
+                self._in_flight += taken
             if batch:  # another committer may have taken everything meanwhile
-                self._commit(batch)
+                try:
+                    self._commit(batch)
+                finally:
+                    with self._wake:
+                        self._in_flight -= taken
+                        self._wake.notify_all()
 
     def _full(self) -> bool:
         ops = 0

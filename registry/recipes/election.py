@@ -32,6 +32,7 @@ from registry.protocol import (
     Set,
     Watch,
 )
+from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
 
 __all__ = ["LeaderElection"]
@@ -51,8 +52,11 @@ class LeaderElection:
         on_elected: Callable[[], None] | None = None,
         on_revoked: Callable[[], None] | None = None,
         cache: TreeCache | None = None,
+        commit: Commit | None = None,
     ) -> None:
         self._reg = reg
+        # the campaign's and resignation's transactions (a group commit when given)
+        self._commit = reg.transaction if commit is None else commit
         # with a cache that covers the path, follow it through the cache's one watch
         # instead of a watch of our own (1,000 jobs: one watch, not 1,000)
         self._cache = cache if cache is not None and is_below(path, cache.root) else None
@@ -140,7 +144,7 @@ class LeaderElection:
         if version is None:
             return
         try:
-            self._reg.transaction([Check(self._term_path, version), Delete(self._path)])
+            self._commit([Check(self._term_path, version), Delete(self._path)])
         except TransactionError:
             pass  # another term began: the node (if any) is someone else's
         except RegistryError:
@@ -167,8 +171,14 @@ class LeaderElection:
                 return False
             if self._version is not None:
                 return True
-            for _ in range(10):
-                term = self._reg.get_node(self._term_path)
+            for attempt in range(10):
+                # the cache's term first (no round trip): a stale one only fails the
+                # transaction, and the next attempt reads the registry
+                term = (
+                    self._cache.get_node(self._term_path)
+                    if attempt == 0 and self._cache is not None
+                    else self._reg.get_node(self._term_path)
+                )
                 advance = (
                     Create(self._term_path, b"1")
                     if term is None
@@ -176,7 +186,7 @@ class LeaderElection:
                 )
                 claim = Create(self._path, self._identifier, ephemeral=True)
                 try:
-                    self._reg.transaction([claim, advance])
+                    self._commit([claim, advance])
                 except TransactionError as exc:
                     if exc.op is claim:
                         return self._adopt_existing()

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from registry.errors import RegistryError, TransactionError
+from registry.errors import BadVersionError, NodeExistsError, NoNodeError, RegistryError, TransactionError
 from registry.protocol import Op, RegistryCenter
+from registry.recipes.batch import Commit
 
 __all__ = ["ConcurrentChanges", "update"]
 
@@ -23,6 +24,9 @@ T = TypeVar("T")
 
 #: a change that loses this many races in a row is reported, not retried forever
 ATTEMPTS = 20
+
+#: what a concurrent change makes a versioned op fail with (anything else is no race)
+_CONFLICTS = (BadVersionError, NodeExistsError, NoNodeError)
 
 
 class ConcurrentChanges(RegistryError):
@@ -36,20 +40,25 @@ def update(
     *,
     what: str,
     attempts: int = ATTEMPTS,
+    commit: Commit | None = None,
 ) -> T:
     """Apply ``plan(read())`` as one transaction, again from a fresh read while a versioned
     op is refused; returns what the successful plan was made from. Errors ``plan`` raises
-    (bad input) propagate at once, with nothing written."""
+    (bad input) propagate at once, with nothing written. ``commit`` applies the
+    transaction instead of ``reg.transaction`` (a group commit)."""
+    apply = reg.transaction if commit is None else commit
     for _ in range(attempts):
         state = read()
         ops = plan(state)
         if not ops:
             return state
         try:
-            reg.transaction(ops)
+            apply(ops)
             return state
         except TransactionError as exc:
             if exc.index is None:
                 raise  # refused as a whole (its size): a new read would not help
+            if exc.cause is not None and not isinstance(exc.cause, _CONFLICTS):
+                raise exc.cause from exc  # e.g. not authorised: a new read would not help
             continue  # something read changed: read it again
     raise ConcurrentChanges(f"{what}: the nodes kept changing ({attempts} attempts); nothing written")

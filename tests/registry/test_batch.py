@@ -121,3 +121,64 @@ def test_a_closed_batcher_commits_what_is_queued_and_refuses_more(reg: BaseRegis
     assert outcomes.by_key == {"queued": None} and reg.exists("/queued")
     with pytest.raises(BatcherClosed):
         batcher.submit([Create("/late", b"l")], functools.partial(outcomes.record, "late"))
+
+
+def test_commit_waits_for_its_own_outcome_while_others_share_the_transaction(reg: BaseRegistry) -> None:
+    recording = _Recording(reg)
+    reg.create("/taken", b"t")
+    batcher = TransactionBatcher(recording, max_delay=0.05).start()
+    errors: dict[int, BaseException | None] = {}
+    claims = [Create(f"/c{n}", b"c") for n in range(8)] + [Create("/taken", b"again")]
+
+    def claim(n: int) -> None:
+        try:
+            batcher.commit([Check("/taken"), claims[n]])
+            errors[n] = None
+        except TransactionError as exc:
+            errors[n] = exc
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(len(claims))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    refused = errors.pop(len(claims) - 1)
+    assert isinstance(refused, TransactionError) and refused.index == 1 and refused.op is claims[-1]
+    assert errors == dict.fromkeys(range(8)), errors
+    assert all(reg.exists(f"/c{n}") for n in range(8)) and reg.get("/taken") == b"t"
+    assert len(recording.sent) < len(claims), f"{len(recording.sent)} transactions for {len(claims)} commits"
+
+
+def test_commit_from_a_callback_or_after_close_applies_directly(reg: BaseRegistry) -> None:
+    batcher = TransactionBatcher(reg).start()
+    outcomes = _Outcomes()
+
+    def nested(error: BaseException | None) -> None:
+        batcher.commit([Create("/from-callback", b"n")])  # a committer waiting for itself would hang
+        outcomes.record("nested", error)
+
+    batcher.submit([Create("/first", b"f")], nested)
+    outcomes.wait(1, timeout=10)
+    assert outcomes.by_key == {"nested": None} and reg.exists("/from-callback")
+    batcher.close()
+    batcher.commit([Create("/after-close", b"a")])
+    assert reg.exists("/after-close")
+
+
+def test_flush_returns_once_every_queued_request_is_told(reg: BaseRegistry) -> None:
+    """Refused requests included: a batch one of whose requests is told apart (and the
+    rest applied again) still counts as done."""
+    reg.create("/f0", b"taken")
+    batcher = TransactionBatcher(reg, max_delay=0.5)
+    outcomes = _Outcomes()
+    for n in range(5):
+        batcher.submit([Create(f"/f{n}", b"f")], functools.partial(outcomes.record, n))
+    assert not batcher.flush(timeout=0.05), "flush returned with nothing committed"
+    batcher.start()
+    assert batcher.flush(timeout=30)
+    assert isinstance(outcomes.by_key.pop(0), TransactionError)
+    assert outcomes.by_key == dict.fromkeys(range(1, 5))
+    batcher.submit([Create("/f0", b"again")], functools.partial(outcomes.record, "again"))
+    assert batcher.flush(timeout=30), "a refused request left the batcher busy"
+    batcher.close()
