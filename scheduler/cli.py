@@ -2,7 +2,7 @@
 worker process for real deployments and docker-compose), ``history`` (the recorded item
 runs, from the history database) and the operator commands of ``cli_ops`` (``jobs``,
 ``status``, ``servers``, ``trigger``, ``disable``, ``enable``, ``shutdown``, ``remove``,
-``config``, ``dump``).
+``config``, ``dump``) and ``console`` (the web console, ``scheduler.console``).
 
 Exit codes a script can rely on: ``exit_codes.ExitCode``.
 """
@@ -27,6 +27,7 @@ from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
 from scheduler.cli_ops import add_operation_commands, run_operation
 from scheduler.config import JobConfig, JobType
+from scheduler.console import ConsoleUnavailable
 from scheduler.context import ShardingContext
 from scheduler.exit_codes import ExitCode
 from scheduler.history.engine import HistoryUnavailable
@@ -433,6 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
         "OWED, MISFIRE, SKIPPED, FENCED_OUT; RESHARDED)",
     )
     add_operation_commands(commands)
+    from scheduler.console.serve import add_console_command
+
+    add_console_command(commands)
     return parser
 
 
@@ -448,6 +452,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "history":
             return _history(args)
+        if args.command == "console":
+            from scheduler.console.serve import run_console
+
+            return run_console(args)
         if args.command in OPERATION_COMMANDS:
             return run_operation(args)
         return _worker(args)
@@ -460,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (HistoryUnavailable, MetricsUnavailable) as exc:
+    except (HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:
