@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -132,6 +132,11 @@ def _demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--items must be >= 1, got {total}")
     if args.fires < 1:
         raise ValueError(f"--fires must be >= 1, got {args.fires}")
+    stop_console: Callable[[], None] | None = None
+    if args.console:
+        from scheduler.console.serve import start_side_console
+
+        stop_console = start_side_console(url, args.console)
     schedulers = [Scheduler(url, max_workers=4, coordinator_threads=2) for _ in range(count)]
     labels = {s.instance_id: chr(ord("A") + i) for i, s in enumerate(schedulers)}
     board = _Board(labels, total, limit=2 * args.fires)
@@ -172,6 +177,8 @@ def _demo(args: argparse.Namespace) -> int:
         for sched in schedulers:
             sched.shutdown(wait=True)
         board.flush()
+        if stop_console is not None:
+            stop_console()
     fires, complete, doubled = board.summary()
     print(
         f"\ndemo done: {fires} fires, {complete} with every item run exactly once, {doubled} item runs doubled."
@@ -355,6 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--items", type=int, default=6, metavar="N", help="sharding items (default 6)")
     demo.add_argument(
         "--fires", type=int, default=4, metavar="N", help="fires before and after the shutdown (default 4)"
+    )
+    demo.add_argument(
+        "--console",
+        metavar="HOST:PORT",
+        help="also serve the web console on HOST:PORT (e.g. 127.0.0.1:8080) over the demo's registry "
+        "(needs shardjob[console]; use --fires 60 to have time to watch)",
     )
 
     worker = commands.add_parser(

@@ -21,11 +21,10 @@ class ConsoleUnavailable(ShardJobError):
 
 def require_console_extra() -> None:
     """``ConsoleUnavailable`` unless Starlette, uvicorn and Jinja2 import."""
-    missing = []
-    for module in ("starlette", "uvicorn", "jinja2", "multipart"):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append("python-multipart" if module == "multipart" else module)
+    import importlib.util
+
+    # python-multipart installs the module python_multipart (and, deprecated, multipart)
+    wanted = {"starlette": "starlette", "uvicorn": "uvicorn", "jinja2": "jinja2", "python_multipart": "python-multipart"}
+    missing = [package for module, package in wanted.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise ConsoleUnavailable(f"the console needs {', '.join(missing)}: {INSTALL_HINT}")

@@ -14,12 +14,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import registry
 from scheduler.console import INSTALL_HINT, ConsoleUnavailable, require_console_extra
 from scheduler.console.auth import PASSWORD_ENV, load_password
 
-__all__ = ["DEFAULT_LISTEN", "BackgroundConsole", "parse_listen", "run_console"]
+__all__ = ["DEFAULT_LISTEN", "BackgroundConsole", "add_console_command", "parse_listen", "run_console", "start_side_console"]
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +148,26 @@ class BackgroundConsole:
     def stop(self, timeout: float = 10.0) -> None:
         self._server.should_exit = True
         self._thread.join(timeout)
+
+
+def start_side_console(url: str, listen: str, history_url: str | None = None) -> Callable[[], None]:
+    """A console over registry ``url`` served in a thread of THIS process (what ``shardjob
+    demo --console`` uses: its memory registry lives in the demo's process, where no other
+    process can see it); returns the function that stops it."""
+    require_console_extra()
+    from scheduler.console.app import Console
+
+    host, port = parse_listen(listen)
+    reg = registry.connect(url)
+    console = Console(
+        reg, registry_label=registry.parse_url(url).masked(), password=load_password(None), history_url=history_url
+    )
+    server = BackgroundConsole(console.app, host, port).start()
+    print(f"console: {server.url}/ (admin password from ${PASSWORD_ENV}; without it, read-only)", flush=True)
+
+    def stop() -> None:
+        server.stop()
+        console.close()
+        reg.close()
+
+    return stop
