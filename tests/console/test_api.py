@@ -145,3 +145,24 @@ def test_login_required_closes_pages_and_api(harness: Harness, namespace: str, c
         assert web.get("/api/jobs", auth=("admin", PASSWORD)).status_code == 200
         assert log_in(web).status_code == 303
         wait_for(lambda: JOB in web.get("/").text, 10)
+
+
+def test_trigger_shutdown_and_remove_from_the_pages(served: Served, cluster: Cluster) -> None:
+    with httpx.Client(base_url=served.url) as web:
+        assert log_in(web).status_code == 303
+        token = csrf_of(web.get(f"/jobs/{JOB}").text)
+
+        def act(**fields: str) -> str:
+            response = web.post(f"/jobs/{JOB}/action", data={"csrf": token, **fields}, follow_redirects=True)
+            assert response.status_code == 200
+            found = response.text.split('id="flash">', 1)[1].split("<", 1)[0]
+            return found
+
+        assert act(action="trigger") == f"job {JOB}: triggered on 2 instance(s)"
+        assert act(action="shutdown", instance=B) == f"job {JOB}: asked {B} to shut down"
+        wait_for(lambda: [i.id for i in cluster.job(JOB).instances] == [A], 20)
+        refused = act(action="remove")
+        assert "remove refused" in refused and "live instance" in refused and cluster.jobs()
+        assert "unknown action" in act(action="explode")
+        assert act(action="remove", force="1") == f"job {JOB}: removed"
+        assert cluster.jobs() == []
