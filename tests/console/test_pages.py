@@ -131,3 +131,41 @@ def test_sparkline() -> None:
     assert sparkline_svg([1.0]) == ""
     svg = sparkline_svg([1.0, 3.0, 2.0], width=100, height=20, label="x<script>")
     assert svg.startswith("<svg") and "points=\"0.0,18.0 50.0,2.0 100.0,10.0\"" in svg and "<script>" not in svg
+
+
+def test_shardjob_console_serves_a_registry(tmp_path: Path) -> None:
+    """The command itself, as a process: it serves the API, shows the registry masked and
+    keeps the password out of its output."""
+    import socket
+
+    from tests.waiting import wait_for
+
+    with socket.socket() as probe:  # a free port for the child (released just before it binds)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "console.out"
+    secret = "not-in-any-output"
+    with out.open("wb") as sink:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.cli", "console", "--registry", "memory://cli", "--listen", f"127.0.0.1:{port}"],
+            cwd=REPO,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO), "SHARDJOB_CONSOLE_PASSWORD": secret},
+        )
+    try:
+
+        def answered() -> bool:
+            try:
+                return bool(httpx.get(f"http://127.0.0.1:{port}/api/jobs", timeout=2).json() == [])
+            except httpx.HTTPError:
+                return False
+
+        wait_for(answered, 30, message=lambda: out.read_text())
+        auth = ("admin", secret)
+        assert httpx.post(f"http://127.0.0.1:{port}/api/jobs/x/trigger", auth=auth).status_code == 404
+        assert "memory://cli" in httpx.get(f"http://127.0.0.1:{port}/").text
+    finally:
+        child.terminate()
+        child.wait(15)
+    assert secret not in out.read_text()
