@@ -16,9 +16,8 @@ Blocking calls (registry writes, history queries) run in Starlette's thread pool
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -40,10 +39,18 @@ from registry.protocol import RegistryCenter
 from scheduler.cli_format import iso_utc
 from scheduler.cli_ops import parse_field
 from scheduler.cluster import Cluster, LiveInstances, StaleConfig
-from scheduler.cluster_json import brief_json, config_json, detail_json, server_json
-from scheduler.cluster_views import JobStatus
+from scheduler.cluster_json import brief_json, detail_json, server_json
+from scheduler.cluster_views import JobStatus, detail_of
 from scheduler.config import JobConfig
 from scheduler.console.auth import ADMIN, AdminPassword, Session, SessionCodec, basic_credentials
+from scheduler.console.forms import (
+    FIXED_FIELDS,
+    form_values,
+    format_items,
+    history_query,
+    json_body,
+    parse_items,
+)
 from scheduler.console.live_view import LiveView
 from scheduler.console.sparkline import sparkline_svg
 from sharding.operations import NoSuchJob
@@ -58,8 +65,6 @@ COOKIE = "shardjob_session"
 PAGE_SIZE = 50
 #: the runs the job page draws its sparklines from
 SPARK_RUNS = 60
-#: configuration fields an operator may not edit (``Cluster`` refuses them)
-FIXED_FIELDS = ("name", "job_type", "script_command_line", "streaming_process", "error_handler", "overwrite")
 
 _TEMPLATES = Path(__file__).with_name("templates")
 
@@ -211,9 +216,9 @@ class Console:
 
     async def job_page(self, request: Request, session: Session) -> Response:
         name = request.path_params["name"]
-        detail = await run_in_threadpool(self.view.job, name)
+        state = await run_in_threadpool(self.view.state, name)
         runs, sparks = await run_in_threadpool(self._recent_runs, name)
-        context = {"job": detail, "runs": runs, "sparks": sparks, "history_error": None}
+        context = {"job": detail_of(state), "queue": sorted(state.failover.entries), "runs": runs, "sparks": sparks}
         return self._render(request, session, "job.html", context)
 
     async def servers_page(self, request: Request, session: Session) -> Response:
@@ -229,7 +234,7 @@ class Console:
             return self._render(request, session, "history.html", context)
         try:
             page = max(1, int(params.get("page", "1")))
-            query = _history_query(filters)
+            query = history_query(filters)
         except ValueError as exc:
             context["error"] = str(exc)
             return self._render(request, session, "history.html", context, 400)
@@ -263,7 +268,7 @@ class Console:
         error: str | None,
         status: int = 200,
     ) -> Response:
-        current = _form_values(config)
+        current = form_values(config)
         fields = [(field, entered.get(field, value), value) for field, value in current.items()]
         context = {"name": name, "fields": fields, "version": version, "error": error, "fixed": FIXED_FIELDS}
         return self._render(request, session, "config.html", context, status)
@@ -272,7 +277,7 @@ class Console:
     async def config_post(self, request: Request, session: Session, form: Any) -> Response:
         name = request.path_params["name"]
         config, version = await run_in_threadpool(self.cluster.config_version, name)
-        current = _form_values(config)
+        current = form_values(config)
         # a field the form did not send is left as it is (never blanked)
         entered = {field: text for field in current if (text := _text(form.get(f"field_{field}"))) is not None}
         try:
@@ -301,7 +306,7 @@ class Console:
         instance = _text(form.get("instance")) or None
         items_text = _text(form.get("items")) or ""
         try:
-            items = _items(items_text)
+            items = parse_items(items_text)
             message = await run_in_threadpool(self._act, name, action, server, items, instance, form.get("force") == "1")
             session.flash = ("ok", message)
         except (NoSuchJob, LiveInstances, ValueError, RegistryError, ShardJobError, TimeoutError) as exc:
@@ -312,7 +317,7 @@ class Console:
     def _act(
         self, name: str, action: str, server: str | None, items: list[int] | None, instance: str | None, force: bool
     ) -> str:
-        scope = f" on server {server}" if server else f" items {_ranges(items)}" if items else ""
+        scope = f" on server {server}" if server else f" items {format_items(items)}" if items else ""
         if action == "trigger":
             asked = self.cluster.trigger(name)
             return f"job {name}: triggered on {len(asked)} instance(s)"
@@ -400,7 +405,7 @@ class Console:
         if verb not in ("trigger", "disable", "enable"):
             return _api_error(404, f"no action {verb!r} (trigger, disable, enable)")
         try:
-            body = await _json_body(request)
+            body = json_body(await request.body())
             server = body.get("server")
             items = body.get("items")
             if server is not None and not isinstance(server, str):
@@ -465,78 +470,6 @@ def _safe_next(request: Request, given: str | None = None) -> str:
     """Where to go after login: a path of this console only (never another site)."""
     target = given if given is not None else request.query_params.get("next", "/")
     return target if target.startswith("/") and not target.startswith("//") else "/"
-
-
-def _items(text: str) -> list[int] | None:
-    if not text.strip():
-        return None
-    try:
-        return [int(part) for part in text.replace(",", " ").split()]
-    except ValueError:
-        raise ValueError(f"items {text!r}: expected whole numbers such as 1 2 3") from None
-
-
-def _ranges(items: Sequence[int] | None) -> str:
-    return ", ".join(str(i) for i in items or ())
-
-
-def _form_values(config: JobConfig) -> dict[str, str]:
-    """The editable fields as the form shows them (``parse_field`` reads them back)."""
-    values: dict[str, str] = {}
-    for field, value in config_json(config).items():
-        if field in FIXED_FIELDS:
-            continue
-        if value is None:
-            values[field] = ""
-        elif isinstance(value, bool):
-            values[field] = "true" if value else "false"
-        elif isinstance(value, dict):
-            values[field] = json.dumps(value, sort_keys=True)
-        else:
-            values[field] = str(value)
-    return values
-
-
-def _history_query(filters: dict[str, str]) -> dict[str, Any]:
-    from scheduler.cli import parse_since
-
-    query: dict[str, Any] = {}
-    if filters["job"]:
-        query["job"] = filters["job"]
-    if filters["item"]:
-        try:
-            query["item"] = int(filters["item"])
-        except ValueError:
-            raise ValueError(f"item {filters['item']!r}: expected a whole number") from None
-    if filters["instance"]:
-        query["instance"] = filters["instance"]
-    if filters["outcome"]:
-        if filters["outcome"] not in ("success", "failure"):
-            raise ValueError(f"outcome {filters['outcome']!r}: expected success or failure")
-        query["outcome"] = filters["outcome"]
-    for bound in ("since", "until"):
-        if filters[bound]:
-            try:
-                query[bound] = parse_since(filters[bound])
-            except ValueError:
-                raise ValueError(f"{bound} {filters[bound]!r}: expected 30m, 2h, 7d or an ISO time") from None
-    return query
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise ValueError("the body is not JSON (expected an object such as {\"items\": [1, 2]})") from None
-    if not isinstance(body, dict):
-        raise ValueError("the body must be a JSON object such as {\"server\": \"10.0.0.1\"}")
-    unknown = sorted(set(body) - {"server", "items"})
-    if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)}: expected server or items")
-    return body
 
 
 def _api_error(status: int, message: str, *, basic: bool = False) -> JSONResponse:

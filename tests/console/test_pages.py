@@ -169,3 +169,21 @@ def test_shardjob_console_serves_a_registry(tmp_path: Path) -> None:
         child.terminate()
         child.wait(15)
     assert secret not in out.read_text()
+
+
+def test_the_job_page_lists_the_failover_queue() -> None:
+    from scheduler import JobConfig
+    from sharding.failover import FailoverEntry, FailoverQueue
+    from sharding.layout import JobPaths
+
+    reg = registry.connect(f"memory://pages-failover-{os.getpid()}")
+    paths = JobPaths("settle")
+    reg.put(paths.config, JobConfig(name="settle", sharding_total_count=3).to_json())
+    queue = FailoverQueue((FailoverEntry(1_700_000_000.0, 2, "10.0.0.9@-@9"),))
+    reg.put(paths.failover_items, queue.encode())
+    with serve(reg) as served:
+        page = httpx.get(f"{served.url}/jobs/settle").text
+        table = page.split('<table id="failover">', 1)[1].split("</table>", 1)[0]
+        assert "<td>2</td><td>2023-11-14 22:13:20</td><td>10.0.0.9@-@9</td>" in table
+        assert 'data-item="2" data-owner="" data-status="FAILOVER"' in page
+    reg.close()
