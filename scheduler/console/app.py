@@ -360,7 +360,7 @@ class Console:
     # -- API --------------------------------------------------------------------------------
     def _api_read(self, handler: Callable[[Request], Awaitable[Any]]) -> Endpoint:
         async def endpoint(request: Request) -> Response:
-            if self._login_required and not self._api_admin(request):
+            if self._login_required and not await run_in_threadpool(self._api_admin, request):
                 return _api_error(401, "log in: HTTP basic auth as admin", basic=True)
             try:
                 return JSONResponse(await handler(request))
@@ -372,6 +372,8 @@ class Console:
         return endpoint
 
     def _api_admin(self, request: Request) -> bool:
+        """The request is the admin's (basic auth, or the session): a scrypt check, so it
+        runs in the thread pool, never on the event loop."""
         credentials = basic_credentials(request.headers.get("authorization"))
         if credentials is not None:
             return self._password is not None and self._password.check(*credentials)
