@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from scheduler import Cluster, JobConfig, Scheduler
+from scheduler import Cluster, JobConfig, Scheduler, StaleConfig
 from scheduler.cli import main
 from scheduler.cluster_json import brief_json, detail_json
 from tests.console.kit import PASSWORD, Served, csrf_of, log_in, serve
@@ -166,3 +166,15 @@ def test_trigger_shutdown_and_remove_from_the_pages(served: Served, cluster: Clu
         assert "unknown action" in act(action="explode")
         assert act(action="remove", force="1") == f"job {JOB}: removed"
         assert cluster.jobs() == []
+
+
+def test_update_config_with_expected_version(served: Served, cluster: Cluster) -> None:
+    """``Cluster.update_config(expected_version=...)``: the console's versioned edit."""
+    config, version = cluster.config_version(JOB)
+    cluster.update_config(JOB, expected_version=version, description="one")
+    with pytest.raises(StaleConfig) as stale:
+        cluster.update_config(JOB, expected_version=version, description="two")
+    assert stale.value.current.description == "one" and stale.value.version == cluster.config_version(JOB)[1]
+    assert cluster.config(JOB).description == "one"
+    cluster.update_config(JOB, description="three")  # without it, the version read is the one written
+    assert cluster.config(JOB).description == "three" and config.description == "d"
