@@ -97,6 +97,12 @@ def test_console_command_checks_its_arguments(
     empty.write_text("\n")
     assert main(["console", "--registry", "memory://x", "--password-file", str(empty)]) == 2
     assert "the first line (the password) is empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main(["console", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    for option in ("--registry", "--history", "--listen", "--login-required", "--password-file", "SHARDJOB_CONSOLE_PASSWORD"):
+        assert option in shown
     assert parse_listen("[::1]:8080") == ("::1", 8080)
     with pytest.raises(ValueError, match="port 'http' is not a number"):
         parse_listen("127.0.0.1:http")
