@@ -4,10 +4,13 @@ round trip per page.
 ``Cluster.jobs()`` reads the whole namespace on every call (hundreds of milliseconds at a
 hundred jobs on ZooKeeper); a console refreshing every few seconds for several people
 would be that cost again and again. ``LiveView`` keeps ONE ``TreeCache`` over the
-namespace root (running marks included: they make items ``RUNNING``) and decodes each job
-with ``JobState.decode`` — the read model ``Cluster`` uses — into the same views
+namespace root and decodes each job with ``JobState.decode`` — the read model
+``Cluster`` uses — into the same views
 (``brief_of``, ``detail_of``, ``servers_of``), so the console shows exactly what
-``Cluster`` would, only possibly a moment behind.
+``Cluster`` would, only possibly a moment behind. Running marks are left out of the
+cache (``layout.is_running_marks``: written twice per fire by every instance, following
+them would cost the console a watch re-read per mark on ZooKeeper); the one view that
+shows them, a job's detail, reads that job's marks when it is asked for (one call).
 
 Invariants: a job is decoded again only after an event under its subtree (a listener
 marks it dirty; the mark is taken off BEFORE its nodes are read, so an event that lands
@@ -27,7 +30,7 @@ from registry.protocol import Event, Node, RegistryCenter
 from registry.recipes.cache import TreeCache
 from scheduler.cluster_views import JobBrief, JobDetail, ServerBrief, brief_of, detail_of, servers_of
 from sharding.job_state import JobState
-from sharding.layout import JobPaths
+from sharding.layout import JobPaths, is_running_marks
 from sharding.operations import NoSuchJob
 
 __all__ = ["LiveView"]
@@ -38,7 +41,7 @@ class LiveView:
 
     def __init__(self, reg: RegistryCenter) -> None:
         self._reg = reg
-        self._cache = TreeCache(reg, "/")
+        self._cache = TreeCache(reg, "/", exclude=is_running_marks)
         self._lock = threading.Lock()
         #: job name -> its decoded state, while no event touched its subtree since
         self._decoded: dict[str, JobState] = {}
@@ -81,7 +84,11 @@ class LiveView:
         return [brief_of(state) for state in self.states().values()]
 
     def job(self, name: str) -> JobDetail:
-        return detail_of(self.state(name))
+        state = self.state(name)
+        marks = self._reg.read_tree(state.paths.running)
+        if marks:
+            state = JobState.decode(state.paths, {**state.nodes, **marks})
+        return detail_of(state)
 
     def servers(self) -> list[ServerBrief]:
         return servers_of(self.states(), time.time())
