@@ -4,7 +4,7 @@
 by an elected leader and every instance runs only its own. See README.md.
 """
 
-from scheduler.cluster import Cluster, LiveInstances, NoSuchJob
+from scheduler.cluster import Cluster, LiveInstances, NoSuchJob, StaleConfig
 from scheduler.cluster_views import (
     InstanceView,
     ItemStatus,
@@ -44,4 +44,5 @@ __all__ = [
     "ServerBrief",
     "ShardJobError",
     "ShardingContext",
+    "StaleConfig",
 ]

@@ -2,7 +2,7 @@
 worker process for real deployments and docker-compose), ``history`` (the recorded item
 runs, from the history database) and the operator commands of ``cli_ops`` (``jobs``,
 ``status``, ``servers``, ``trigger``, ``disable``, ``enable``, ``shutdown``, ``remove``,
-``config``, ``dump``).
+``config``, ``dump``) and ``console`` (the web console, ``scheduler.console``).
 
 Exit codes a script can rely on: ``exit_codes.ExitCode``.
 """
@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -27,6 +27,7 @@ from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
 from scheduler.cli_ops import add_operation_commands, run_operation
 from scheduler.config import JobConfig, JobType
+from scheduler.console import ConsoleUnavailable
 from scheduler.context import ShardingContext
 from scheduler.exit_codes import ExitCode
 from scheduler.history.engine import HistoryUnavailable
@@ -131,6 +132,11 @@ def _demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--items must be >= 1, got {total}")
     if args.fires < 1:
         raise ValueError(f"--fires must be >= 1, got {args.fires}")
+    stop_console: Callable[[], None] | None = None
+    if args.console:
+        from scheduler.console.serve import start_side_console
+
+        stop_console = start_side_console(url, args.console)
     schedulers = [Scheduler(url, max_workers=4, coordinator_threads=2) for _ in range(count)]
     labels = {s.instance_id: chr(ord("A") + i) for i, s in enumerate(schedulers)}
     board = _Board(labels, total, limit=2 * args.fires)
@@ -171,6 +177,8 @@ def _demo(args: argparse.Namespace) -> int:
         for sched in schedulers:
             sched.shutdown(wait=True)
         board.flush()
+        if stop_console is not None:
+            stop_console()
     fires, complete, doubled = board.summary()
     print(
         f"\ndemo done: {fires} fires, {complete} with every item run exactly once, {doubled} item runs doubled."
@@ -355,6 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--fires", type=int, default=4, metavar="N", help="fires before and after the shutdown (default 4)"
     )
+    demo.add_argument(
+        "--console",
+        metavar="HOST:PORT",
+        help="also serve the web console on HOST:PORT (e.g. 127.0.0.1:8080) over the demo's registry "
+        "(needs shardjob[console]; use --fires 60 to have time to watch)",
+    )
 
     worker = commands.add_parser(
         "worker",
@@ -433,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
         "OWED, MISFIRE, SKIPPED, FENCED_OUT; RESHARDED)",
     )
     add_operation_commands(commands)
+    from scheduler.console.serve import add_console_command
+
+    add_console_command(commands)
     return parser
 
 
@@ -448,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "history":
             return _history(args)
+        if args.command == "console":
+            from scheduler.console.serve import run_console
+
+            return run_console(args)
         if args.command in OPERATION_COMMANDS:
             return run_operation(args)
         return _worker(args)
@@ -460,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (HistoryUnavailable, MetricsUnavailable) as exc:
+    except (HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:

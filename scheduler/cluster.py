@@ -50,7 +50,7 @@ from sharding.operations import (
     require_job,
 )
 
-__all__ = ["Cluster", "LiveInstances", "NoSuchJob"]
+__all__ = ["Cluster", "LiveInstances", "NoSuchJob", "StaleConfig"]
 
 #: fields an operator may not change: the name is the job's identity, and the code each
 #: instance runs decides the kind and what the kind needs
@@ -59,6 +59,19 @@ _FIXED_FIELDS = frozenset({"name", "job_type", "script_command_line", "streaming
 
 class LiveInstances(ShardJobError):
     """``remove`` refused: the job still has live instances."""
+
+
+class StaleConfig(ShardJobError):
+    """``update_config(expected_version=...)`` refused: the stored configuration changed
+    since the caller read it. ``current`` is what is stored now, ``version`` its version."""
+
+    def __init__(self, name: str, expected: int, version: int, current: JobConfig) -> None:
+        super().__init__(
+            f"job {name!r}: the configuration changed since it was read (version {expected}, now {version}); "
+            "nothing written"
+        )
+        self.current = current
+        self.version = version
 
 
 class Cluster:
@@ -181,10 +194,21 @@ class Cluster:
             self.shutdown(name, timeout=timeout)
         self._update(name, plan_remove, "remove")
 
-    def update_config(self, name: str, /, **fields: Any) -> JobConfig:
+    def config_version(self, name: str) -> tuple[JobConfig, int]:
+        """The stored configuration with its node's version (for ``expected_version``)."""
+        state = self.state(name)
+        node = state.config
+        assert node is not None  # state() checked it exists
+        return JobConfig.from_json(state.paths.config, node.value), node.version
+
+    def update_config(self, name: str, /, expected_version: int | None = None, **fields: Any) -> JobConfig:
         """Change fields of the stored configuration, validated as ``add_job`` validates
         (``ValueError`` naming the field), in one write at the version read: two operators
-        changing different fields both land. Running instances apply it at once."""
+        changing different fields both land. Running instances apply it at once.
+
+        With ``expected_version`` (a version ``config_version`` gave) the change applies
+        only to that very configuration: ``StaleConfig`` (with the current one) if it changed
+        since, so an edit made from a stale form never lands over someone else's."""
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(JobConfig)})
         if unknown:
             raise ValueError(f"no such configuration field: {', '.join(unknown)}")
@@ -198,6 +222,8 @@ class Cluster:
             if node is None:
                 raise NoSuchJob(name)
             stored = JobConfig.from_json(state.paths.config, node.value)
+            if expected_version is not None and node.version != expected_version:
+                raise StaleConfig(name, expected_version, node.version, stored)
             updated = stored.with_changes(**fields)
             result[:] = [updated]
             return [Set(state.paths.config, updated.to_json(), node.version)]

@@ -28,6 +28,7 @@ ERRORS: list[type[BaseException]] = [
     scheduler.JobExecutionError,
     scheduler.ScriptFailed,
     scheduler.PoolShutDown,
+    scheduler.StaleConfig,
 ]
 
 

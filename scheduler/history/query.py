@@ -92,8 +92,13 @@ class HistoryReader:
         failed: bool = False,
         source: str | None = None,
         limit: int | None = 100,
+        instance: str | None = None,
+        outcome: str | None = None,
+        until: float | None = None,
+        offset: int = 0,
     ) -> list[Execution]:
-        """Item runs, newest first (by start time)."""
+        """Item runs, newest first (by start time); ``since``/``until`` bound the start time
+        (``until`` excluded), ``offset`` skips that many rows (pages)."""
         import sqlalchemy as sa
 
         from scheduler.history.schema import executions as t
@@ -111,9 +116,17 @@ class HistoryReader:
             query = query.where(t.c.is_success.is_(False))
         if source is not None:
             query = query.where(t.c.execution_source == source)
+        if instance is not None:
+            query = query.where(t.c.instance_id == instance)
+        if outcome is not None:
+            query = query.where(t.c.outcome == outcome)
+        if until is not None:
+            query = query.where(t.c.start_time < until)
         query = query.order_by(t.c.start_time.desc(), t.c.id.desc())
         if limit is not None:
             query = query.limit(limit)
+        if offset:
+            query = query.offset(offset)
         with self._engine.connect() as conn:
             rows = conn.execute(query).mappings().all()
         return [
