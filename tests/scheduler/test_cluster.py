@@ -8,6 +8,7 @@ Real worker processes (SIGKILL, restarts) are in ``tests/scenarios/test_cluster_
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -165,7 +166,8 @@ def test_two_operators_changing_different_fields_both_land(harness: Harness, nam
             try:
                 barrier.wait(5)
                 for value in values:
-                    cluster.update_config(JOB, **{field: value})
+                    fields: dict[str, Any] = {field: value}
+                    cluster.update_config(JOB, **fields)
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
