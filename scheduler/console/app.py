@@ -16,6 +16,7 @@ Blocking calls (registry writes, history queries) run in Starlette's thread pool
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,7 +40,7 @@ from registry.protocol import RegistryCenter
 from scheduler.cli_format import iso_utc
 from scheduler.cli_ops import parse_field
 from scheduler.cluster import Cluster, LiveInstances, StaleConfig
-from scheduler.cluster_json import brief_json, detail_json, server_json
+from scheduler.cluster_json import brief_json, detail_json, dump_json, server_json
 from scheduler.cluster_views import JobStatus, detail_of
 from scheduler.config import JobConfig
 from scheduler.console.auth import ADMIN, AdminPassword, Session, SessionCodec, basic_credentials
@@ -113,6 +114,7 @@ class Console:
         return [
             Route("/", self._page(self.jobs_page)),
             Route("/jobs/{name}", self._page(self.job_page)),
+            Route("/jobs/{name}/dump", self._page(self.dump_page)),
             Route("/jobs/{name}/config", self._page(self.config_page), methods=["GET"]),
             Route("/jobs/{name}/config", self._action(self.config_post), methods=["POST"]),
             Route("/jobs/{name}/action", self._action(self.job_action), methods=["POST"]),
@@ -186,6 +188,7 @@ class Console:
             "session": session,
             "admin": session.admin,
             "can_login": self._password is not None,
+            "read_only": self._password is None,
             "registry": self._label,
             "has_history": self._history_url is not None,
             "flash": flash,
@@ -220,6 +223,11 @@ class Console:
         runs, sparks = await run_in_threadpool(self._recent_runs, name)
         context = {"job": detail_of(state), "queue": sorted(state.failover.entries), "runs": runs, "sparks": sparks}
         return self._render(request, session, "job.html", context)
+
+    async def dump_page(self, request: Request, session: Session) -> Response:
+        """Every node of the job as stored (``shardjob dump JOB --json``), read afresh."""
+        dump = await run_in_threadpool(self.cluster.dump, request.path_params["name"])
+        return Response(json.dumps(dump_json(dump), indent=2, sort_keys=True), media_type="application/json")
 
     async def servers_page(self, request: Request, session: Session) -> Response:
         servers = await run_in_threadpool(self.view.servers)

@@ -37,11 +37,12 @@ def serve(
     history_url: str | None = None,
     login_required: bool = False,
     refresh_seconds: float = 0.5,
+    password: str | None = PASSWORD,
 ) -> Iterator[Served]:
     console = Console(
         reg,
         registry_label="test-registry",
-        password=AdminPassword(PASSWORD),
+        password=None if password is None else AdminPassword(password),
         history_url=history_url,
         login_required=login_required,
         refresh_seconds=refresh_seconds,

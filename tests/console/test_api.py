@@ -14,7 +14,8 @@ import pytest
 
 from scheduler import Cluster, JobConfig, Scheduler, StaleConfig
 from scheduler.cli import main
-from scheduler.cluster_json import brief_json, detail_json
+from scheduler.cluster_json import brief_json, detail_json, dump_json
+from sharding.layout import JobPaths
 from tests.console.kit import PASSWORD, Served, csrf_of, log_in, serve
 from tests.harness import Harness
 from tests.scheduler.cluster_kit import A, B, Runs, start
@@ -178,3 +179,21 @@ def test_update_config_with_expected_version(served: Served, cluster: Cluster) -
     assert cluster.config(JOB).description == "one"
     cluster.update_config(JOB, description="three")  # without it, the version read is the one written
     assert cluster.config(JOB).description == "three" and config.description == "d"
+
+
+def test_a_job_dump_is_served_and_a_console_without_password_says_it_is_read_only(
+    served: Served, harness: Harness, namespace: str, cluster: Cluster
+) -> None:
+    config = JobPaths(JOB).config
+    with httpx.Client(base_url=served.url) as web:
+        assert f'href="/jobs/{JOB}/dump"' in web.get(f"/jobs/{JOB}").text
+        dumped = web.get(f"/jobs/{JOB}/dump")
+        assert dumped.status_code == 200 and dumped.headers["content-type"].startswith("application/json")
+        assert dumped.json()["nodes"][config] == dump_json(cluster.dump(JOB))["nodes"][config]
+        assert web.get("/jobs/nope/dump").status_code == 404
+        assert 'id="read-only"' not in web.get("/").text
+    with serve(harness.connect(namespace), password=None) as read_only, httpx.Client(base_url=read_only.url) as web:
+        page = web.get("/").text
+        assert 'id="read-only"' in page and "Log in" not in page
+        refused = web.post("/login", data={"csrf": csrf_of(web.get("/login").text), "user": "admin", "password": "x"})
+        assert "read-only" in refused.text and 'id="whoami">guest' in refused.text

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
@@ -42,6 +43,12 @@ W1, W2 = "10.0.0.1@-@1", "10.0.0.2@-@2"
 ITEM_ROWS = (
     "return Array.from(document.querySelectorAll('#items tbody tr'))"
     ".map(function (r) { return [Number(r.dataset.item), r.dataset.owner, r.dataset.status]; });"
+)
+#: an element's text, or null when there is none
+TEXT_OF = "var e = document.querySelector(arguments[0]); return e ? e.innerText : null;"
+#: the servers listed on the servers page
+SERVER_ROWS = (
+    "return Array.from(document.querySelectorAll('#servers tbody tr')).map(function (r) { return r.dataset.server; });"
 )
 #: POST from the page with the browser's cookies and no CSRF token; the callback gets the status
 FORGED_POST = (
@@ -102,6 +109,26 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
         driver.quit()
 
 
+def text_of(browser: WebDriver, selector: str) -> str:
+    """The element's text, read in one script: the live part of a page is replaced every
+    refresh, so an element found by one call may be gone (stale) by the next."""
+    found = browser.execute_script(TEXT_OF, selector)
+    return "" if found is None else str(found)
+
+
+def click(browser: WebDriver, selector: str, timeout: float = 10) -> None:
+    """Click the element, found afresh until a click lands (see ``text_of``)."""
+
+    def attempt() -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, selector).click()
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+        return True
+
+    wait_for(attempt, timeout, interval=0.05, message=f"no clickable {selector}")
+
+
 def page_items(browser: WebDriver) -> list[tuple[int, str, str]]:
     rows: list[list[Any]] = browser.execute_script(ITEM_ROWS)
     return [(int(item), str(owner), str(status)) for item, owner, status in rows]
@@ -141,15 +168,15 @@ def test_the_console_in_a_browser_over_worker_processes(
         # the job list shows what Cluster reports
         browser.get(base + "/")
         [brief] = cluster.jobs()
-        row = browser.find_element(By.CSS_SELECTOR, f'#jobs tr[data-job="{JOB}"]')
-        assert brief.status.name in row.text and str(brief.sharding_total_count) in row.text
+        row = text_of(browser, f'#jobs tr[data-job="{JOB}"]')
+        assert brief.status.name in row and str(brief.sharding_total_count) in row
         shot("jobs")
 
         # the job page too: every item's owner (states change with each fire: owners do not)
         browser.get(f"{base}/jobs/{JOB}")
         wait_for(lambda: owners(page_items(browser)) == owners(cluster_items(cluster)), 10)
-        assert "south" in browser.find_element(By.ID, "items").text
-        assert browser.find_element(By.ID, "leader").text == cluster.job(JOB).leader
+        assert "south" in text_of(browser, "#items")
+        assert text_of(browser, "#leader") == cluster.job(JOB).leader
 
         # a guest sees no action and cannot act, even by a forged POST
         assert not browser.find_elements(By.ID, "trigger") and not browser.find_elements(By.CSS_SELECTOR, ".item-disable")
@@ -162,16 +189,16 @@ def test_the_console_in_a_browser_over_worker_processes(
         shot("login")
         browser.find_element(By.ID, "password").send_keys(PASSWORD)
         browser.find_element(By.ID, "login").click()
-        wait_for(lambda: "logged in as admin" in browser.find_element(By.TAG_NAME, "body").text, 10)
+        wait_for(lambda: "logged in as admin" in text_of(browser, "body"), 10)
         # a forged POST carries the admin's cookie but not the token: refused all the same
         forged = browser.execute_async_script(FORGED_POST, f"/jobs/{JOB}/action", "action=disable&items=1")
         assert forged == 403
         assert cluster.job(JOB).items[1].status.name != "DISABLED"
 
         # the admin disables item 1 from the page (after confirming): its runs stop
-        browser.find_element(By.ID, "disable-item-1").click()
+        click(browser, "#disable-item-1")
         WebDriverWait(browser, 5).until(expected_conditions.alert_is_present()).accept()
-        wait_for(lambda: "disabled items 1" in browser.find_element(By.TAG_NAME, "body").text, 10)
+        wait_for(lambda: "disabled items 1" in text_of(browser, "body"), 10)
         disabled_at = time.time()
         assert cluster.job(JOB).items[1].status.name == "DISABLED"
         wait_for(lambda: dict((i, s) for i, _, s in page_items(browser))[1] == "DISABLED", 10)
@@ -193,8 +220,7 @@ def test_the_console_in_a_browser_over_worker_processes(
         shot("job-after-failover")
 
         browser.get(base + "/servers")
-        ips = [e.get_attribute("data-server") for e in browser.find_elements(By.CSS_SELECTOR, "#servers tbody tr")]
-        assert ips == [s.ip for s in cluster.servers()]
+        assert browser.execute_script(SERVER_ROWS) == [s.ip for s in cluster.servers()]
         shot("servers")
         browser.get(f"{base}/history?job={JOB}&item=0")
         wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#history tbody tr td a"), 10)
