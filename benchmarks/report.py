@@ -33,6 +33,7 @@ BENCHMARK_NAMES = (
     "scheduler_lateness",
     "fleet_requests",
     "cluster_ops",
+    "console_scale",
     "observability_overhead",
     "registry_latency",
 )

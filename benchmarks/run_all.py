@@ -33,6 +33,7 @@ BENCHMARKS = (
     "fleet_requests",
     "cluster_ops",
     "observability_overhead",
+    "console_scale",
 )
 assert set(BENCHMARKS) == set(BENCHMARK_NAMES), "run_all and the report list different benchmarks"
 

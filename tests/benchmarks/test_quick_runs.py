@@ -53,9 +53,19 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "scheduler_lateness",
         "fleet_requests",
         "cluster_ops",
+        "console_scale",
         "observability_overhead",
     }
     assert set(run_all.BENCHMARKS) == set(BENCHMARK_NAMES) == expected
+
+
+def test_console_scale_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "console_scale")
+    assert document["jobs"] == 100
+    assert {r["backend"] for r in document["results"]} == {"memory", "zookeeper", "etcd"}
+    for result in document["results"]:
+        assert {"GET /", "GET /api/jobs", "GET / after one change", "anchor: Cluster.jobs()"} <= set(result["rows"])
+        assert all(row["median_ms"] > 0 for row in result["rows"].values()), result
 
 
 def test_registry_latency_quick(quick_run: Path) -> None:
@@ -193,6 +203,7 @@ def test_the_report_renders_every_section_from_quick_results(quick_run: Path) ->
         "### Fire lateness and footprint",
         "### A fleet's requests at the server",
         "### Operator calls on a live cluster",
+        "### Web console at",
         "### Observability overhead",
         "### Registry call latency",
     ):
