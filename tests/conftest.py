@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from registry.backends.base import BaseRegistry
+from scheduler import Cluster, Scheduler
 from tests.harness import Harness
 from tests.servers.env import ETCD_ENV, ZK_ENV, external_address
 from tests.servers.etcd import EtcdCluster, EtcdServer, etcd_available
@@ -220,6 +221,38 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
 def reg(harness: Harness) -> BaseRegistry:
     """A connected client in a fresh namespace, closed at teardown."""
     return harness.connect()
+
+
+@pytest.fixture(params=["zookeeper", "etcd"])
+def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """ZooKeeper or etcd: worker processes need a server every process can reach."""
+    made = make_harness(request.param, request)
+    try:
+        yield made
+    finally:
+        close_harness(made)
+
+
+@pytest.fixture
+def namespace(harness: Harness) -> str:
+    """A fresh namespace on the test's harness (modules on ``server`` define their own)."""
+    return harness.fresh_namespace()
+
+
+@pytest.fixture
+def made() -> Iterator[list[Scheduler]]:
+    """Schedulers a test starts, shut down at teardown (newest first)."""
+    schedulers: list[Scheduler] = []
+    yield schedulers
+    for sched in reversed(schedulers):
+        sched.shutdown(wait=False)
+
+
+@pytest.fixture
+def cluster(harness: Harness, namespace: str) -> Iterator[Cluster]:
+    """A ``Cluster`` on the test's namespace, to compare views with."""
+    with Cluster(harness.url(namespace)) as made:
+        yield made
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -23,7 +23,6 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from scheduler import Cluster
-from tests.conftest import close_harness, make_harness
 from tests.console.browser import chromium, screenshot_dir
 from tests.console.kit import PASSWORD, serve
 from tests.harness import Harness
@@ -57,15 +56,6 @@ FORGED_POST = (
     " headers: {'Content-Type': 'application/x-www-form-urlencoded'}, body: arguments[1]})"
     ".then(function (r) { done(r.status); }, function (e) { done(String(e)); });"
 )
-
-
-@pytest.fixture(params=["zookeeper", "etcd"])
-def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    made = make_harness(request.param, request)
-    try:
-        yield made
-    finally:
-        close_harness(made)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from scheduler import Cluster, ItemStatus, JobStatus
-from tests.conftest import close_harness, make_harness
 from tests.harness import Harness
 from tests.scenarios.checks import doubled_runs, overlapping_runs
 from tests.scenarios.workers import Fleet
@@ -26,15 +25,6 @@ W1, W2 = "10.0.0.1@-@1", "10.0.0.2@-@2"
 #: how long past the session timeout the registry may take to expire a session and the
 #: view to show it (ZooKeeper checks sessions on ticks; etcd on lease expiry checks)
 EXPIRY_SLACK = 3.0
-
-
-@pytest.fixture(params=["zookeeper", "etcd"])
-def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    made = make_harness(request.param, request)
-    try:
-        yield made
-    finally:
-        close_harness(made)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import re
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,22 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from scheduler.cli import main
 from scheduler.cli_format import iso_utc
 from scheduler.history import HistoryReader
-from tests.conftest import close_harness, make_harness
 from tests.harness import Harness
 from tests.scenarios.workers import Fleet
 from tests.waiting import wait_for
 
 TOTAL = 6
 SESSION_TIMEOUT = 2
-
-
-@pytest.fixture(params=["zookeeper", "etcd"])
-def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    made = make_harness(request.param, request)
-    try:
-        yield made
-    finally:
-        close_harness(made)
 
 
 def test_fleet_history_in_postgresql_with_a_sigkilled_worker(

@@ -20,7 +20,6 @@ import pytest
 from scheduler import JobConfig
 from sharding import get_strategy
 from sharding.layout import JobPaths
-from tests.conftest import close_harness, make_harness
 from tests.harness import Harness
 from tests.scenarios.checks import (
     Record,
@@ -40,16 +39,6 @@ HOLD = 0.3
 SESSION_TIMEOUT = 2
 TOTAL = 6
 JOB = "job"
-
-
-@pytest.fixture(params=["zookeeper", "etcd"])
-def server(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    """ZooKeeper or etcd: worker processes need a server every process can reach."""
-    made = make_harness(request.param, request)
-    try:
-        yield made
-    finally:
-        close_harness(made)
 
 
 @pytest.fixture
