@@ -50,6 +50,7 @@ from sharding import (
 )
 from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
+from sharding.layout_version import LayoutUpgrader
 from sharding.run_marks import MarkRequest
 
 __all__ = ["JobRunner", "Runtime"]
@@ -88,6 +89,8 @@ class Runtime:
     #: the local clock max_time_diff_seconds compares with the registry's
     clock: Callable[[], float] = time.time
     observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
+    #: brings the namespace to this release's layout, driven by its job leaders
+    layout: LayoutUpgrader | None = None
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
@@ -223,6 +226,7 @@ class JobRunner:
             missed_fires=self._missed_fires,
             on_resharded=functools.partial(self._rt.observer.resharded, self.name),
             commit=self._rt.commit,
+            on_leading=None if self._rt.layout is None else self._rt.layout.upgrade,
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)

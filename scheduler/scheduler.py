@@ -34,6 +34,7 @@ from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import InstanceIdentity, ShardingError
 from sharding.layout import JobPaths, is_running_marks, validate_job_name
+from sharding.layout_version import LayoutUpgrader, check_runnable
 
 if TYPE_CHECKING:
     from scheduler.history import HistoryWriter
@@ -252,6 +253,7 @@ class Scheduler:
             )
             cache = TreeCache(reg, "/", exclude=is_running_marks)
             try:
+                check_runnable(reg)  # before anything is written: a layout we cannot run on
                 cache.start()
             except BaseException:
                 if self._owns_registry:
@@ -264,6 +266,7 @@ class Scheduler:
             in_flight = self._coordinator_threads if Characteristic.NETWORK in reg.characteristics else 1
             timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
             batcher = TransactionBatcher(reg).start()
+            commit = batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction
             self._runtime = Runtime(
                 reg=reg,
                 identity=self.identity,
@@ -272,13 +275,14 @@ class Scheduler:
                 coordinator=coordinator,
                 workers=workers,
                 batcher=batcher,
-                commit=batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction,
+                commit=commit,
                 worker_count=self._max_workers,
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
                 clock=self._clock,
                 observer=self.observers,
+                layout=LayoutUpgrader(reg, cache, commit),
             )
             if self.history is not None:
                 self.history.start()

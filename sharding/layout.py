@@ -13,15 +13,22 @@ from functools import cached_property
 
 from registry.paths import join
 
-__all__ = ["JobPaths", "is_running_marks", "validate_job_name"]
+__all__ = ["SYSTEM_ROOT", "JobPaths", "is_running_marks", "validate_job_name"]
+
+#: shardjob's own nodes beside the jobs (the layout version, ZooKeeper's clock node): a
+#: name no job may take
+SYSTEM_ROOT = "/.shardjob"
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.\-:\u0080-\U0010ffff]+$")
 
 
 def validate_job_name(name: object) -> str:
-    """A job name is one registry path segment: no '/', not '.' or '..', not empty."""
+    """A job name is one registry path segment: no '/', not '.' or '..', not empty, and
+    not ``SYSTEM_ROOT``'s."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"job name must be a non-empty str, got {name!r}")
+    if "/" + name == SYSTEM_ROOT:
+        raise ValueError(f"job name {name!r} is reserved for shardjob's own nodes")
     if name in {".", ".."} or not _JOB_NAME.match(name):
         raise ValueError(
             f"job name {name!r} may hold letters, digits, '_', '.', '-', ':' and non-ASCII characters only"

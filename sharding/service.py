@@ -101,8 +101,12 @@ class ShardingService:
         missed_fires: MissedFires | None = None,
         on_resharded: Callable[[int, float], None] | None = None,
         commit: Commit | None = None,
+        on_leading: Callable[[Sequence[Check]], object] | None = None,
     ) -> None:
         self._reg = reg
+        # called with this leader's fence on each evaluation it leads: the namespace's
+        # layout upgrade (``sharding.layout_version.LayoutUpgrader``) rides on it
+        self._on_leading = on_leading
         # registration, election, leaving and resharding transactions: a scheduler's group
         # commit, so N jobs starting, stopping or resharding together share round trips
         self._commit = reg.transaction if commit is None else commit
@@ -811,6 +815,8 @@ class ShardingService:
             self._evaluation_pending = False
         try:
             self._follow_own_server()
+            if self.is_leader and self._on_leading is not None:
+                self._on_leading(self._election.fence_ops())
             if self.is_leader:
                 # A flag this leader just wrote is acted on at once: waiting for its own
                 # event to come back through the watch would delay every resharding by that

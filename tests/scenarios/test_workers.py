@@ -10,15 +10,13 @@ may miss the moving items (no failover here); it must still double nothing.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from scheduler import JobConfig
-from sharding import get_strategy
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.scenarios.checks import (
@@ -30,6 +28,7 @@ from tests.scenarios.checks import (
     spread_mismatches,
     stale_epoch_runs,
 )
+from tests.scenarios.phases import await_fires, check_phase, expected_spread, fires_between, settle
 from tests.scenarios.workers import Fleet
 from tests.waiting import wait_for
 
@@ -59,62 +58,6 @@ def fleet(server: Harness, namespace: str, tmp_path: Path) -> Iterator[Fleet]:
         yield made
     finally:
         made.close()
-
-
-def expected_spread(instance_ids: Sequence[str], total: int) -> dict[str, list[int]]:
-    return get_strategy("AVG_ALLOCATION")(sorted(instance_ids, reverse=True), JOB, total)
-
-
-def fires_between(first: float, before: float) -> list[float]:
-    """Whole-second fires from ``first`` up to, not including, ``before``."""
-    return [float(f) for f in range(math.ceil(first), math.ceil(before))]
-
-
-def settle(fleet: Fleet, assignment: dict[str, list[int]], total: int, timeout: float = 30.0) -> float:
-    """The first fire that ran every item exactly once where ``assignment`` says."""
-
-    def settled() -> float | None:
-        records = fleet.records()
-        for fire in sorted({r.fire_time for r in records}):
-            if not coverage_gaps(records, [fire], total) and not spread_mismatches(
-                records, [fire], assignment
-            ):
-                return fire
-        return None
-
-    found = wait_for(
-        settled,
-        timeout,
-        interval=0.1,
-        message=lambda: f"no fire spread as {assignment}:\n{fleet.describe()}",
-    )
-    assert found is not None
-    return found
-
-
-def await_fires(fleet: Fleet, fires: Sequence[float], total: int, timeout: float = 20.0) -> list[Record]:
-    """Wait until every item of ``fires`` ran, or until a fire two seconds past the last
-    one has run (a gap is final by then: runs last HOLD seconds); return all records."""
-
-    def done() -> bool:
-        records = fleet.records()
-        return not coverage_gaps(records, fires, total) or any(r.fire_time >= fires[-1] + 2 for r in records)
-
-    wait_for(
-        done,
-        timeout,
-        interval=0.1,
-        message=lambda: f"fires {fires} incomplete: {coverage_gaps(fleet.records(), fires, total)}",
-    )
-    return fleet.records()
-
-
-def check_phase(
-    records: list[Record], fires: Sequence[float], assignment: dict[str, list[int]], total: int
-) -> None:
-    assert fires, "the phase has no fire to check"
-    assert coverage_gaps(records, fires, total) == []
-    assert spread_mismatches(records, fires, assignment) == []
 
 
 def test_workers_spread_leave_on_sigterm_and_join(fleet: Fleet) -> None:

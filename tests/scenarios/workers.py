@@ -5,7 +5,8 @@ registry URL, each with its own ``--instance-id``, record file and output files 
 working directory; it waits for each to print its "running" line, stops them with SIGTERM
 (the exit code is the test's to check) or SIGKILL, pauses them (SIGSTOP/SIGCONT), and
 reads back every execution. A worker may be given its own registry URL (e.g. through a
-severable proxy) instead of the fleet's.
+severable proxy) instead of the fleet's, and its own source tree of shardjob (another
+release, for a mixed fleet) instead of this checkout's.
 
 Invariants: no worker outlives its fleet (``close()`` SIGKILLs what is left and reaps it);
 every wait is bounded and fails with the worker's own output; output goes to files, never
@@ -53,7 +54,9 @@ def _tail(path: Path, limit: int = 3000) -> str:
 class Worker:
     """One ``python -m scheduler.cli worker`` process."""
 
-    def __init__(self, instance_id: str, argv: Sequence[str], workdir: Path, hold: float) -> None:
+    def __init__(
+        self, instance_id: str, argv: Sequence[str], workdir: Path, hold: float, code_root: Path = REPO_ROOT
+    ) -> None:
         self.instance_id = instance_id
         slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in instance_id)
         self.record_file = workdir / f"{slug}.records.jsonl"
@@ -65,10 +68,14 @@ class Worker:
         env[HOLD_ENV] = repr(hold)
         # a worker that hangs is sent SIGABRT before SIGKILL: its threads' stacks land in stderr
         env["PYTHONFAULTHANDLER"] = "1"
+        if code_root != REPO_ROOT:
+            # the release in code_root comes first (the working directory is sys.path[0]);
+            # the recording job is this checkout's
+            env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
         with self.stdout_file.open("wb") as out, self.stderr_file.open("wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "scheduler.cli", *argv, "--instance-id", instance_id],
-                cwd=REPO_ROOT,
+                cwd=code_root,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -210,22 +217,29 @@ class Fleet:
             *self._extra_args,
         ]
 
-    def spawn(self, *instance_ids: str, urls: Mapping[str, str] | None = None) -> list[Worker]:
+    def spawn(
+        self, *instance_ids: str, urls: Mapping[str, str] | None = None, code_root: Path = REPO_ROOT
+    ) -> list[Worker]:
         """Start one worker per id (all at once) without waiting for them; ``urls`` gives
-        some of them their own registry URL (instance id -> URL)."""
+        some of them their own registry URL (instance id -> URL); ``code_root`` is the
+        shardjob source tree they run (default: this checkout)."""
         own = urls or {}
         started = [
-            Worker(iid, self.argv_for(own[iid]) if iid in own else self.argv, self.workdir, self.hold)
+            Worker(iid, self.argv_for(own[iid]) if iid in own else self.argv, self.workdir, self.hold, code_root)
             for iid in instance_ids
         ]
         self.workers.extend(started)
         return started
 
     def start(
-        self, *instance_ids: str, timeout: float = 30.0, urls: Mapping[str, str] | None = None
+        self,
+        *instance_ids: str,
+        timeout: float = 30.0,
+        urls: Mapping[str, str] | None = None,
+        code_root: Path = REPO_ROOT,
     ) -> list[Worker]:
         """Start one worker per id (all at once) and return when each is running."""
-        started = self.spawn(*instance_ids, urls=urls)
+        started = self.spawn(*instance_ids, urls=urls, code_root=code_root)
         for worker in started:
             worker.wait_ready(timeout)
         return started
