@@ -67,6 +67,8 @@ class JobType(enum.Enum):
     SIMPLE = "SIMPLE"
     DATAFLOW = "DATAFLOW"
     SCRIPT = "SCRIPT"
+    #: one HTTP request per item to ``props["http.uri"]`` (ElasticJob's HTTP job; ``scheduler.http_job``)
+    HTTP = "HTTP"
 
 
 def _frozen_props(props: Mapping[str, str]) -> Mapping[str, str]:
@@ -110,6 +112,15 @@ class JobConfig:
     script_command_line: str = ""
     #: LOG, THROW or IGNORE
     error_handler: str = "LOG"
+    #: an item running longer is cancelled and fails with ``JobTimeout`` (None: no limit)
+    timeout_seconds: float | None = None
+    #: a failed item is run again up to this many times in the same fire, while this
+    #: instance still owns it
+    retries: int = 0
+    #: the first retry's delay; each next one doubles it, with random jitter
+    retry_backoff_seconds: float = 1.0
+    #: each fire starts after a random delay of up to this many seconds
+    jitter_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         # normalise the forms callers may pass before validating the canonical ones
@@ -195,6 +206,18 @@ class JobConfig:
             raise ValueError("failover True: needs monitor_execution=True (which items were running)")
         if self.error_handler not in ERROR_HANDLERS:
             raise ValueError(f"error_handler {self.error_handler!r}: not one of {', '.join(ERROR_HANDLERS)}")
+        if self.timeout_seconds is not None and not (_is_number(self.timeout_seconds) and self.timeout_seconds > 0):
+            raise ValueError(f"timeout_seconds {self.timeout_seconds!r}: must be a number of seconds > 0, or None")
+        if not _is_int(self.retries) or self.retries < 0:
+            raise ValueError(f"retries {self.retries!r}: must be an int >= 0")
+        for name in ("retry_backoff_seconds", "jitter_seconds"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ValueError(f"{name} {value!r}: must be a number of seconds >= 0")
+        if self.job_type is JobType.HTTP:
+            from scheduler.http_job import check_http_props
+
+            check_http_props(self.props)
 
     # -- derived views --------------------------------------------------------------------
     @property
@@ -261,6 +284,10 @@ class JobConfig:
 # -- field checks -------------------------------------------------------------------------------
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_str(name: str, value: object) -> None:

@@ -173,7 +173,26 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"props": {"a": 1}}, "props {'a': 1}: keys and values must be str"),
     ({"props": {1: "a"}}, "props {1: 'a'}: keys and values must be str"),
     ({"props": [("a", "b")]}, "props [('a', 'b')]: must be a mapping"),
-    ({"job_type": "HTTP"}, "job_type 'HTTP': not one of SIMPLE, DATAFLOW, SCRIPT"),
+    ({"job_type": "FTP"}, "job_type 'FTP': not one of SIMPLE, DATAFLOW, SCRIPT, HTTP"),
+    ({"job_type": "HTTP"}, "props 'http.uri' '': an HTTP job needs an http:// or https:// URL"),
+    (
+        {"job_type": "HTTP", "props": {"http.uri": "http://h/x", "http.method": "FETCH"}},
+        "props 'http.method' 'FETCH': must be one of GET, POST",
+    ),
+    (
+        {"job_type": "HTTP", "props": {"http.uri": "http://h/x", "http.method": "GET", "http.data": "x"}},
+        "props 'http.data': a GET request carries no body",
+    ),
+    (
+        {"job_type": "HTTP", "props": {"http.uri": "http://h", "http.method": "GET", "http.read.timeout.milliseconds": "1s"}},
+        "props 'http.read.timeout.milliseconds' '1s': must be a whole number of milliseconds > 0",
+    ),
+    ({"timeout_seconds": 0}, "timeout_seconds 0: must be a number of seconds > 0, or None"),
+    ({"timeout_seconds": "5"}, "timeout_seconds '5'"),
+    ({"retries": -1}, "retries -1: must be an int >= 0"),
+    ({"retries": 1.0}, "retries 1.0"),
+    ({"retry_backoff_seconds": -0.5}, "retry_backoff_seconds -0.5: must be a number of seconds >= 0"),
+    ({"jitter_seconds": float("nan")}, "jitter_seconds nan"),
     ({"job_type": 3}, "job_type 3"),
     ({"job_type": JobType.SCRIPT}, "script_command_line '': a SCRIPT job needs a command"),
     ({"job_type": JobType.SCRIPT, "script_command_line": "  "}, "script_command_line '  '"),
@@ -313,7 +332,8 @@ def test_from_json_ignores_unknown_keys_and_defaults_missing_ones() -> None:
         (b'{"name": "job", "sharding_total_count": 0}', "sharding_total_count 0"),
         (b'{"name": "job", "cron": "61 * * * *"}', "cron '61 * * * *': minute 61"),
         (b'{"name": "job", "time_zone": "Nowhere/Land"}', "time_zone 'Nowhere/Land'"),
-        (b'{"name": "job", "job_type": "HTTP"}', "job_type 'HTTP'"),
+        (b'{"name": "job", "job_type": "FTP"}', "job_type 'FTP'"),
+        (b'{"name": "job", "job_type": "HTTP"}', "props 'http.uri'"),
         (b'{"name": "job", "props": [1]}', "props [1]"),
         (b'{"name": "job", "props": {"a": 1}}', "props {'a': 1}"),
         (b'{"name": "job", "failover": "true"}', "failover 'true'"),
@@ -375,7 +395,9 @@ def configs(draw: st.DrawFn) -> JobConfig:
         reconcile_interval_minutes=draw(st.integers(-5, 10**4)),
         sharding_strategy=draw(st.sampled_from(sorted(BUILTIN_STRATEGIES))),
         description=draw(st.text(max_size=30)),
-        props=draw(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4)),
+        props=draw(st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=4))
+        if kind is not JobType.HTTP
+        else {"http.uri": "http://127.0.0.1:8080/run", "http.method": draw(st.sampled_from(["GET", "POST"]))},
         disabled=draw(st.booleans()),
         overwrite=draw(st.booleans()),
         static_sharding=draw(st.booleans()),
@@ -385,6 +407,10 @@ def configs(draw: st.DrawFn) -> JobConfig:
         if kind is JobType.SCRIPT
         else "",
         error_handler=draw(st.sampled_from(ERROR_HANDLERS)),
+        timeout_seconds=draw(st.one_of(st.none(), st.floats(0.001, 10**5))),
+        retries=draw(st.integers(0, 10)),
+        retry_backoff_seconds=draw(st.floats(0, 600)),
+        jitter_seconds=draw(st.floats(0, 60)),
     )
 
 
