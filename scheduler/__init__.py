@@ -17,6 +17,7 @@ from scheduler.cluster_views import (
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
+from scheduler.distribute_once import DistributeOnceListener
 from scheduler.errors import ClockSkewError, JobExecutionError, PoolShutDown, ScriptFailed, ShardJobError
 from scheduler.handlers import JobListener, JobRun
 from scheduler.scheduler import Scheduler
@@ -25,6 +26,7 @@ __all__ = [
     "ClockSkewError",
     "Cluster",
     "CronSchedule",
+    "DistributeOnceListener",
     "InstanceView",
     "ItemStatus",
     "ItemView",

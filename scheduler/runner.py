@@ -31,6 +31,7 @@ from registry.recipes.cache import TreeCache
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
+from scheduler.distribute_once import bind_once_per_cluster
 from scheduler.errors import ClockSkewError, PoolShutDown
 from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
@@ -237,6 +238,9 @@ class JobRunner:
             self._rt.reg.delete(own_request)
         # queued failover work may become ours with a new assignment, not only on a queue change
         self._sharding.add_assignment_listener(self._on_assignment_change)
+        self._listeners = bind_once_per_cluster(
+            self._listeners, self._rt.reg, self._rt.cache, self._sharding, self._rt.workers.submit
+        )
         self._sharding.start(server_enabled=not self._config.disabled)
         self._schedule_next(time.time())
         self._schedule_reconcile()

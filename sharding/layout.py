@@ -100,6 +100,11 @@ class JobPaths:
         return join(self.running, instance_id)
 
     @cached_property
+    def guarantee(self) -> str:
+        """``guarantee/{fire}``: once-per-cluster listeners' progress through a fire."""
+        return join(self.root, "guarantee")
+
+    @cached_property
     def failover(self) -> str:
         return join(self.root, "leader", "failover")
 

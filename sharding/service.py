@@ -855,8 +855,8 @@ class ShardingService:
                 listener()
         if event.kind is EventKind.DELETED and parent(event.path) == self.paths.instances:
             self._marks_unchecked = True  # it may have left a running mark behind
-        if is_below(event.path, self.paths.running):
-            return  # a cache that follows runs: they never change the assignment's basis
+        if is_below(event.path, self.paths.running) or is_below(event.path, self.paths.guarantee):
+            return  # runs and their listeners' progress never change the assignment's basis
         self._schedule_evaluation()
 
     def _on_session(self, state: SessionState) -> None:
