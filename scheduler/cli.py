@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import registry
+from registry.backends import BackendUnavailable
 from registry.errors import RegistryConnectionError, RegistryError, ShardJobError
 from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
@@ -481,7 +482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
+    except (BackendUnavailable, HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:
