@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import registry
+from registry.backends import BackendUnavailable
 from registry.errors import RegistryConnectionError, RegistryError, ShardJobError
 from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
@@ -339,6 +340,19 @@ def _history(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------
+def installed_version() -> str:
+    """shardjob's version as installed. Defined once, as pyproject's ``version``: read from
+    the installed metadata rather than kept in a ``__version__`` that a release could bump
+    in one place and not the other. Hazard: an editable install reports the version it was
+    installed with until it is installed again."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shardjob")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shardjob",
@@ -347,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         "4 no such job.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings only)")
+    parser.add_argument("--version", action="version", version=f"shardjob {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(
@@ -481,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
+    except (BackendUnavailable, HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:

@@ -8,6 +8,7 @@ import pytest
 import registry
 import scheduler
 import sharding
+from registry.backends import BackendUnavailable
 from registry.recipes.batch import BatcherClosed
 
 ERRORS: list[type[BaseException]] = [
@@ -19,6 +20,7 @@ ERRORS: list[type[BaseException]] = [
     registry.TransactionError,
     registry.LockTimeout,
     registry.SessionLostError,
+    BackendUnavailable,
     BatcherClosed,
     sharding.ShardingError,
     sharding.ShardingTimeout,

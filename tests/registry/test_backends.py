@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 import registry
-from registry.backends import BUILTIN_BACKENDS, ENTRY_POINT_GROUP, backend_class
+from registry.backends import (
+    BUILTIN_BACKENDS,
+    ENTRY_POINT_GROUP,
+    EXTRA_MODULES,
+    BackendUnavailable,
+    backend_class,
+)
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
 from registry.protocol import Characteristic
@@ -76,3 +84,52 @@ def test_an_unknown_backend_names_the_known_ones(plugins: None) -> None:
         backend_class("nope")
     with pytest.raises(ValueError, match=r"unknown scheme 'nope'; known: .*echo.*zk"):
         registry.parse_url("nope://h:1/x")
+
+
+# -- a backend whose extra is missing -------------------------------------------------------
+# tests/packaging proves these on real installs without the extra; here the import system
+# is told a module is absent (None in sys.modules, restored after), to reach the cases an
+# install cannot: each module of an extra, and a module of our own gone missing.
+def _block(monkeypatch: pytest.MonkeyPatch, backend: str, module: str) -> None:
+    """Make ``module`` (and its submodules) absent and the backend's modules unimported."""
+    for name in [m for m in sys.modules if m.startswith(f"registry.backends.{backend}")]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in [m for m in sys.modules if m == module or m.startswith(f"{module}.")] or [module]:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize(
+    ("backend", "module", "distribution"),
+    [("zookeeper", "kazoo", "kazoo"), ("etcd", "pyetcd", "etcd-sdk-python"), ("etcd", "grpc", "grpcio")],
+)
+def test_a_backend_whose_extra_is_missing_names_the_pip_install(
+    monkeypatch: pytest.MonkeyPatch, backend: str, module: str, distribution: str
+) -> None:
+    _block(monkeypatch, backend, module)
+    message = f"registry backend '{backend}' needs {distribution}: pip install 'shardjob[{backend}]'"
+    with pytest.raises(BackendUnavailable) as raised:
+        backend_class(backend)
+    assert str(raised.value) == message
+    assert (raised.value.backend, raised.value.missing) == (backend, distribution)
+    assert isinstance(raised.value, registry.ShardJobError)
+    scheme = "zk" if backend == "zookeeper" else backend
+    with pytest.raises(BackendUnavailable, match=r"pip install 'shardjob\[" + backend + r"\]'"):
+        registry.connect(f"{scheme}://127.0.0.1:1/missing")
+
+
+def test_a_missing_module_of_our_own_is_not_taken_for_a_missing_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _block(monkeypatch, "zookeeper", "registry.backends.zookeeper_io")
+    with pytest.raises(ModuleNotFoundError) as raised:
+        backend_class("zookeeper")
+    assert raised.value.name == "registry.backends.zookeeper_io"
+
+
+@pytest.mark.parametrize("backend", sorted(EXTRA_MODULES))
+def test_each_backend_is_an_extra_of_its_name_listing_the_distributions_it_imports(backend: str) -> None:
+    in_extra = set()
+    for line in metadata.requires("shardjob") or []:
+        req = Requirement(line)
+        if req.marker is not None and req.marker.evaluate({"extra": backend}):
+            in_extra.add(req.name.lower())
+    assert in_extra == set(EXTRA_MODULES[backend].values())
+    assert backend in BUILTIN_BACKENDS

@@ -12,6 +12,7 @@ import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,14 @@ def test_help_exits_0_and_names_the_options(args: list[str], mentions: list[str]
     assert done.returncode == 0, done.stderr
     missing = [word for word in mentions if word not in done.stdout]
     assert missing == [], done.stdout
+
+
+def test_version_is_the_installed_distributions() -> None:
+    # tests/packaging checks the same on an install of the built wheel against its version
+    done = shardjob("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"shardjob {metadata.version('shardjob')}\n"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", metadata.version("shardjob"))
 
 
 # -- bad usage: exit 2 and a message naming the problem ------------------------------------
