@@ -24,6 +24,7 @@ from typing import Any
 import registry
 from registry.backends import BackendUnavailable
 from registry.errors import RegistryConnectionError, RegistryError, ShardJobError
+from registry.release import installed_version
 from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
 from scheduler.cli_ops import add_operation_commands, run_operation
@@ -340,19 +341,6 @@ def _history(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------
-def installed_version() -> str:
-    """shardjob's version as installed. Defined once, as pyproject's ``version``: read from
-    the installed metadata rather than kept in a ``__version__`` that a release could bump
-    in one place and not the other. Hazard: an editable install reports the version it was
-    installed with until it is installed again."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("shardjob")
-    except PackageNotFoundError:  # imported from a source tree that was never installed
-        return "unknown (not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shardjob",
