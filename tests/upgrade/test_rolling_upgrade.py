@@ -76,6 +76,8 @@ def test_old_instances_are_replaced_one_by_one(fleet: Fleet, previous_release: P
     fleet.start(*old_ids, code_root=previous_release)
     members = list(old_ids)
     first = settle(fleet, expected_spread(members, TOTAL), TOTAL)
+    later = fires_after(first, 2)
+    check_phase(await_fires(fleet, later, TOTAL), later, expected_spread(members, TOTAL), TOTAL)
     assert layout_of(fleet.url) is None, "release 0.1.0 writes no layout node"
 
     phases: list[tuple[float, float, list[str]]] = []  # (first settled fire, end of the phase, members)
@@ -101,6 +103,11 @@ def test_old_instances_are_replaced_one_by_one(fleet: Fleet, previous_release: P
         fires = fires_between(begin, end - 1)
         if fires:
             check_phase(records, fires, expected_spread(phase_members, TOTAL), TOTAL)
+        print(  # the timeline, for `pytest -s`
+            f"{', '.join(m.rsplit('@', 1)[-1] for m in phase_members)}: {len(fires)} fires checked, "
+            f"{sum(r.fire_time in fires for r in records)} item runs, epochs "
+            f"{sorted({r.epoch for r in records if r.fire_time in fires})}"
+        )
     assert doubled_runs(records) == []
     assert overlapping_runs(records) == []
     assert stale_epoch_runs(records) == []
