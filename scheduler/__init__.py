@@ -17,7 +17,14 @@ from scheduler.cluster_views import (
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
-from scheduler.errors import ClockSkewError, JobExecutionError, PoolShutDown, ScriptFailed, ShardJobError
+from scheduler.errors import (
+    ClockSkewError,
+    HttpJobFailed,
+    JobExecutionError,
+    PoolShutDown,
+    ScriptFailed,
+    ShardJobError,
+)
 from scheduler.handlers import JobListener, JobRun
 from scheduler.scheduler import Scheduler
 
@@ -25,6 +32,7 @@ __all__ = [
     "ClockSkewError",
     "Cluster",
     "CronSchedule",
+    "HttpJobFailed",
     "InstanceView",
     "ItemStatus",
     "ItemView",
