@@ -1,7 +1,8 @@
 """HTTP jobs (``JobType.HTTP``) against a real HTTP server in this process, on memory,
 ZooKeeper and etcd: each item is one request carrying its context, a status outside 2xx or
 no answer fails that item only, the job's client is shared and closed when the job stops,
-bad props and a missing extra are refused at ``add_job``.
+bad props and a missing extra are refused at ``add_job``, and ``shardjob worker --job-type
+http --prop ...`` runs one.
 
 Invariant: the server decides nothing by timing; a request it holds (``/slow``) is released
 at teardown, and every wait on the scheduler is bounded (``wait_for``).
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +27,7 @@ import pytest
 from scheduler import HttpJobFailed, JobConfig, JobListener, JobRun, JobType, Scheduler, ShardingContext
 from scheduler.http_job import HttpItemRunner, HttpUnavailable, check_http_props
 from tests.harness import Harness
+from tests.scenarios.workers import EVERY_SECOND, REPO_ROOT, Worker
 from tests.servers.ports import LOOPBACK, free_port
 from tests.waiting import wait_for
 
@@ -365,3 +370,62 @@ def test_add_job_without_httpx_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
         sched.add_job(http_config("http://h/x"))
     sched.add_job(JobConfig(name="simple"), lambda ctx: None)
     assert sched.jobs == ["simple"]
+
+
+# -- shardjob worker ---------------------------------------------------------------------------------
+def test_worker_runs_an_http_job_from_props_on_the_command_line(endpoint: Endpoint, tmp_path: Path) -> None:
+    argv = [
+        "worker",
+        "--registry",
+        f"memory://http-{tmp_path.name}",
+        "--job-type",
+        "http",
+        "--name",
+        "web",
+        "--cron",
+        EVERY_SECOND,
+        "--total",
+        "2",
+        "--prop",
+        f"http.uri={endpoint.url('/hook')}",
+        "--prop",
+        "http.method=PUT",
+        "--prop",
+        "http.data=a=b",
+    ]
+    worker = Worker("127.0.0.1@-@http", argv, tmp_path, hold=0.0)
+    try:
+        wait_for(
+            lambda: {r.context["shardingItem"] for r in endpoint.seen()} == {0, 1},
+            20,
+            interval=0.1,
+            message=lambda: f"both items requested:\n{worker.describe()}",
+        )
+        assert worker.terminate(sig=signal.SIGTERM) == 0, worker.describe()
+    finally:
+        worker.kill()
+    for request in endpoint.seen():
+        assert (request.method, request.body, request.context["jobName"]) == ("PUT", b"a=b", "web")
+    assert "Traceback" not in worker.stderr_file.read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--prop", "http.uri"], "--prop 'http.uri': expected KEY=VALUE"),
+        (["--prop", "http.method=GET", "--prop", "http.method=PUT"], "--prop http.method: given twice"),
+        (["--prop", "http.method=GET"], "props 'http.uri' ''"),
+    ],
+)
+def test_worker_with_bad_props_exits_2_naming_them(args: list[str], names: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "worker", "--registry", "memory://http-bad",
+         "--job-type", "http", "--name", "web", *args],
+        cwd=REPO_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, done.stderr
+    assert names in done.stderr and "Traceback" not in done.stderr
