@@ -18,7 +18,14 @@ from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
 from scheduler.distribute_once import DistributeOnceListener
-from scheduler.errors import ClockSkewError, JobExecutionError, PoolShutDown, ScriptFailed, ShardJobError
+from scheduler.errors import (
+    ClockSkewError,
+    HttpJobFailed,
+    JobExecutionError,
+    PoolShutDown,
+    ScriptFailed,
+    ShardJobError,
+)
 from scheduler.handlers import JobListener, JobRun
 from scheduler.scheduler import Scheduler
 
@@ -27,6 +34,7 @@ __all__ = [
     "Cluster",
     "CronSchedule",
     "DistributeOnceListener",
+    "HttpJobFailed",
     "InstanceView",
     "ItemStatus",
     "ItemView",

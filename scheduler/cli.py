@@ -33,6 +33,7 @@ from scheduler.console import ConsoleUnavailable
 from scheduler.context import ShardingContext
 from scheduler.exit_codes import ExitCode
 from scheduler.history.engine import HistoryUnavailable
+from scheduler.http_job import HttpUnavailable
 from scheduler.metrics import MetricsUnavailable
 from scheduler.scheduler import Scheduler
 from sharding.assignment import CorruptNodeError
@@ -198,14 +199,31 @@ def _load_job(spec: str) -> Any:
     return target() if isinstance(target, type) else target
 
 
+def parse_props(assignments: Sequence[str]) -> dict[str, str]:
+    """``--prop KEY=VALUE`` (repeated) -> ``{KEY: VALUE}``; the value may hold ``=``.
+    ``ValueError`` naming a malformed or repeated one."""
+    props: dict[str, str] = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--prop {assignment!r}: expected KEY=VALUE")
+        if key in props:
+            raise ValueError(f"--prop {key}: given twice")
+        props[key] = value
+    return props
+
+
 def _worker(args: argparse.Namespace) -> int:
     job_type = JobType[args.job_type.upper()]
-    target = None if job_type is JobType.SCRIPT else _load_job(args.job) if args.job else None
-    if target is None and job_type is not JobType.SCRIPT:
-        raise ValueError("--job is required unless --job-type script")
+    codeless = job_type in (JobType.SCRIPT, JobType.HTTP)  # nothing to import: no --job
+    target = None if codeless else _load_job(args.job) if args.job else None
+    if target is None and not codeless:
+        raise ValueError("--job is required unless --job-type script or http")
     name = args.name or (args.job.partition(":")[2].split(".")[-1] if args.job else "")
     if not name:
-        raise ValueError("--name is required for a script job (there is no function to name it after)")
+        kind = "an http" if job_type is JobType.HTTP else "a script"
+        raise ValueError(f"--name is required for {kind} job (there is no function to name it after)")
     config = JobConfig(
         name=name,
         cron=args.cron,
@@ -224,6 +242,7 @@ def _worker(args: argparse.Namespace) -> int:
         job_type=job_type,
         script_command_line=args.script or "",
         streaming_process=args.streaming,
+        props=parse_props(args.prop),
     )
     sched = Scheduler(
         args.registry, instance_id=args.instance_id, max_workers=args.max_workers, history=args.history
@@ -415,7 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--overwrite", action="store_true", help="local config replaces the registry's")
     worker.add_argument("--disabled", action="store_true", help="start with this server disabled")
-    worker.add_argument("--job-type", default="simple", choices=["simple", "dataflow", "script"])
+    worker.add_argument("--job-type", default="simple", choices=["simple", "dataflow", "script", "http"])
+    worker.add_argument(
+        "--prop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a job prop, repeatable; an http job's request: http.uri, http.method, http.data, ...",
+    )
     worker.add_argument(
         "--script", metavar="COMMAND", help="script job command line (context appended as JSON)"
     )
@@ -484,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (BackendUnavailable, HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable) as exc:
+    except (BackendUnavailable, HistoryUnavailable, MetricsUnavailable, ConsoleUnavailable, HttpUnavailable) as exc:
         print(f"shardjob: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except RegistryConnectionError as exc:

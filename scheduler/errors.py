@@ -3,9 +3,19 @@ caller's bad input (a configuration, a job target) is a ``ValueError`` instead."
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from registry.errors import ShardJobError
 
-__all__ = ["ClockSkewError", "JobExecutionError", "PoolShutDown", "ScriptFailed", "ShardJobError"]
+__all__ = [
+    "ClockSkewError",
+    "HttpJobFailed",
+    "JobExecutionError",
+    "PoolShutDown",
+    "ScriptFailed",
+    "ShardJobError",
+    "mask_password",
+]
 
 
 class ClockSkewError(ShardJobError):
@@ -25,6 +35,36 @@ class ScriptFailed(ShardJobError):
             f"script {command[0]!r} exited with status {status}" + (f": {' | '.join(tail)}" if tail else "")
         )
         self.status = status
+
+
+class HttpJobFailed(ShardJobError):
+    """An HTTP job's request failed: a status outside 2xx, or no response at all (the
+    connection failed or a timeout ran out; ``status`` is then None).
+
+    Invariant: neither the message nor ``url`` carries the URL's password."""
+
+    #: at most this many characters of the response body go into the message
+    BODY_CHARS = 200
+
+    def __init__(self, method: str, url: str, *, status: int | None = None, body: str = "", reason: str = "") -> None:
+        self.method = method
+        self.url = mask_password(url)
+        self.status = status
+        if status is None:
+            detail = reason
+        else:
+            shown = body[: self.BODY_CHARS] + ("..." if len(body) > self.BODY_CHARS else "")
+            detail = f"status {status}" + (f", body {shown!r}" if shown else ", empty body")
+        super().__init__(f"{method} {self.url}: {detail}")
+
+
+def mask_password(url: str) -> str:
+    """``url`` with the password of its user info, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))
 
 
 class PoolShutDown(ShardJobError, RuntimeError):

@@ -4,7 +4,9 @@ simple: a callable (or an object with ``execute(ctx)``) per item. dataflow: an o
 ``fetch_data(ctx) -> list`` and ``process_data(ctx, data)``; streaming repeats until a fetch
 returns nothing, the scheduler stops, or a resharding is pending. script: a command line
 with the context appended as one JSON argument; a non-zero exit status is a failure.
+http: one request per item, as the job's props say (``scheduler.http_job``).
 Invariant: a kind's target is checked when the job is added, before anything is written.
+An item runner with a ``close()`` holds resources: ``close_item_runner`` when its job stops.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any, Protocol
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.errors import ScriptFailed
+from scheduler.http_job import HttpItemRunner, check_http_props
 
-__all__ = ["ItemRunner", "ScriptFailed", "make_item_runner"]
+__all__ = ["ItemRunner", "ScriptFailed", "close_item_runner", "make_item_runner"]
 
 log = logging.getLogger("scheduler.jobs")
 
@@ -94,4 +97,15 @@ def make_item_runner(config: JobConfig, target: JobTarget | None) -> ItemRunner:
                 raise ScriptFailed(command, done.returncode, done.stderr)
 
         return run_script
+    if config.job_type is JobType.HTTP:
+        if target is not None:
+            raise ValueError(f"job {config.name}: an HTTP job takes no function (its request is in props http.*)")
+        return HttpItemRunner(check_http_props(config.props))
     raise ValueError(f"job {config.name}: unknown job_type {config.job_type!r}")
+
+
+def close_item_runner(item_runner: ItemRunner) -> None:
+    """Release what ``item_runner`` holds (an HTTP job's client), if anything."""
+    close = getattr(item_runner, "close", None)
+    if callable(close):
+        close()

@@ -35,7 +35,7 @@ from scheduler.distribute_once import bind_once_per_cluster
 from scheduler.errors import ClockSkewError, PoolShutDown
 from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
-from scheduler.kinds import ItemRunner
+from scheduler.kinds import ItemRunner, close_item_runner
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import (
@@ -261,6 +261,7 @@ class JobRunner:
     def leave(self) -> None:
         if self._sharding is not None:
             self._sharding.stop()
+        close_item_runner(self._item_runner)
 
     # -- configuration ----------------------------------------------------------------
     def _sync_config(self) -> JobConfig:
