@@ -18,10 +18,11 @@ Invariants:
   target, listener and handler imported, every target checked against its job type by
   ``kinds.make_item_runner``. Loading never connects to the registry.
 - Every error names the file, the job (``[jobs.NAME]``; nothing for a top-level key) and
-  the field, and ``ConfigFileError.errors`` holds every error of the file. The one limit:
-  once a job's field fails ``JobConfig``'s validation, the fields whose validity depends
-  on it (its group in ``_DEPENDENT``) are not judged, so no error is reported that only
-  follows from another.
+  the field, and ``ConfigFileError.errors`` holds every error of the file (a job's in the
+  order of its keys). No error is reported that only follows from another: a value whose
+  substitution failed is not judged further, and once a field fails ``JobConfig``'s
+  validation the fields whose validity depends on it (its group in ``_DEPENDENT``) are
+  not judged.
 - ``${...}`` is substituted in string values after TOML parsing: a value (a secret) can
   never change the file's syntax. An error message quotes a substituted value in its
   ``${...}`` form, not the secret, wherever it quotes the value as Python's ``repr``
@@ -226,7 +227,7 @@ def make_listener(spec: str, what: str) -> JobListener:
             ) from None
     if not _is_listener(found):
         raise ValueError(
-            f"{what} {spec!r}: a {type(found).__name__} is not a listener (it needs before_job(run) "
+            f"{what} {spec!r}: {_a(type(found).__name__)} is not a listener (it needs before_job(run) "
             "and after_job(run), as a scheduler.JobListener has)"
         )
     return cast(JobListener, found)
@@ -318,12 +319,15 @@ class _Loader:
         for key in document:
             if key not in TOP_LEVEL_KEYS:
                 self.unknown("", key, TOP_LEVEL_KEYS)
-        options = {
-            key: self.substituted(document[key], "", key)
-            for key in ("registry", *SCHEDULER_OPTIONS)
-            if key in document
-        }
-        url = self.registry(options.get("registry"))
+        options: dict[str, Any] = {}
+        for key in ("registry", *SCHEDULER_OPTIONS):
+            if key in document:
+                before = len(self.errors)
+                value = self.substituted(document[key], "", key)
+                if len(self.errors) == before:  # a value not substituted is not judged further
+                    options[key] = value
+        unsubstituted = "registry" in document and "registry" not in options
+        url = None if unsubstituted else self.registry(options.get("registry"))
         instance_id = self.text_option(options, "instance_id", _check_instance_id)
         max_workers = options.get("max_workers")
         if max_workers is not None and (not _is_int(max_workers) or max_workers < 1):
@@ -379,7 +383,9 @@ class _Loader:
         specs = []
         for job_name, table in tables.items():
             if not isinstance(table, dict):
-                self.error("", f"{_table(job_name)}: must be a table of the job's fields, not {_toml_type(table)}")
+                self.error(
+                    "", f"{_table(job_name)}: must be a table of the job's fields, not {_toml_type(table)}"
+                )
                 continue
             spec = self.job(job_name, table)
             if spec is not None:
@@ -403,8 +409,11 @@ class _Loader:
             if key not in known:
                 self.unknown(where, key, known)
                 continue
+            known_errors = len(self.errors)
             value = _flatten_props(self, where, raw) if key == "props" else raw
             value = self.substituted(value, where, key)
+            if len(self.errors) > known_errors:
+                continue  # a value not substituted is not judged further
             if key == "target":
                 target_spec = self.spec_value(where, key, value)
             elif key == "listeners":
@@ -421,7 +430,7 @@ class _Loader:
             elif self.typed(where, key, value, kinds[key]):
                 fields[key] = value
         config = self.config(where, job_name, fields)
-        target = self.target(where, config, target_spec)
+        target = self.target(where, config, target_spec, given="target" in table)
         listeners = []
         for spec in listener_specs:
             try:
@@ -429,7 +438,10 @@ class _Loader:
             except ValueError as exc:
                 self.error(where, str(exc))
         handler = self.handler(where, handler_spec)
-        if config is None or len(self.errors) > before:
+        if len(self.errors) > before:
+            self.errors[before:] = sorted(self.errors[before:], key=_in_order(self.name, where, list(table)))
+            return None
+        if config is None:
             return None
         return JobSpec(
             config, target, target_spec, tuple(listeners), tuple(listener_specs), handler, handler_spec
@@ -507,7 +519,9 @@ class _Loader:
             # without the fields left out it validates, but it is not the job the file declares
             return None if failed else config
 
-    def target(self, where: str, config: JobConfig | None, spec: str | None) -> JobTarget | None:
+    def target(self, where: str, config: JobConfig | None, spec: str | None, given: bool) -> JobTarget | None:
+        """The target ``spec`` names, checked against the job type; ``given``: the table has
+        a ``target`` key (a bad one is reported already, not again as missing)."""
         target: Any = None
         if spec is not None:
             try:
@@ -520,15 +534,17 @@ class _Loader:
             except Exception as exc:
                 self.error(where, f"target {spec!r}: calling the class raised {type(exc).__name__}: {exc}")
                 return None
-        if config is None:
+        if config is None or (given and spec is None):
             return None
         kind = config.job_type
         if kind in TARGETLESS:
             if spec is not None:
-                self.error(where, f"target {spec!r}: a {kind.name} job takes no target ({TARGETLESS[kind]})")
+                self.error(
+                    where, f"target {spec!r}: {_a(kind.name)} job takes no target ({TARGETLESS[kind]})"
+                )
                 return None
         elif spec is None:
-            self.error(where, f'target: missing (a {kind.name} job needs target = "module:attr")')
+            self.error(where, f'target: missing ({_a(kind.name)} job needs target = "module:attr")')
             return None
         try:
             make_item_runner(config, target)
@@ -548,7 +564,10 @@ class _Loader:
             self.error(where, str(exc))
             return None
         if not callable(found):
-            self.error(where, f"error_handler {spec!r}: a {type(found).__name__} is not callable as handler(ctx, exc)")
+            self.error(
+                where,
+                f"error_handler {spec!r}: {_a(type(found).__name__)} is not callable as handler(ctx, exc)",
+            )
             return None
         return cast(ErrorHandler, found)
 
@@ -581,6 +600,18 @@ def _kind(hint: Any) -> str | None:
     return None
 
 
+def _in_order(name: str, where: str, keys: list[str]) -> Callable[[str], int]:
+    """A sort key putting a job's errors in the order of the fields they name in the file
+    (an error naming no key of the table, such as a missing target, last)."""
+    skip = len(f"{name}: {where}")
+
+    def position(message: str) -> int:
+        found = _FIELD_AT_START.match(message, skip)
+        return keys.index(found.group(0)) if found and found.group(0) in keys else len(keys)
+
+    return position
+
+
 def _flatten_props(loader: _Loader, where: str, value: Any) -> Any:
     """``props``' nested tables as dotted keys: ``http.uri = "..."`` in TOML is a table
     ``http`` holding ``uri``, and ElasticJob's prop is ``"http.uri"``."""
@@ -611,7 +642,9 @@ def _import(spec: str, what: str) -> Any:
         raise
     except Exception as exc:
         module = spec.partition(":")[0]
-        raise ValueError(f"{what} {spec!r}: importing {module!r} raised {type(exc).__name__}: {exc}") from None
+        raise ValueError(
+            f"{what} {spec!r}: importing {module!r} raised {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _is_listener(value: object) -> bool:
@@ -634,6 +667,11 @@ def _check_http(value: str) -> None:
         parse_address(value)
     except ValueError:
         raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9100") from None
+
+
+def _a(word: str) -> str:
+    """``word`` with its indefinite article ("an HTTP job", "an int", "a SCRIPT job")."""
+    return f"{'an' if word[:1].upper() in 'AEIOU' or word == 'HTTP' else 'a'} {word}"
 
 
 def _table(name: str) -> str:
