@@ -56,7 +56,8 @@ import registry
 from scheduler.config import ERROR_HANDLERS, JobConfig, JobType
 from scheduler.handlers import ErrorHandler, JobListener
 from scheduler.http import parse_address
-from scheduler.kinds import JobTarget, make_item_runner
+from scheduler.http_job import HttpUnavailable
+from scheduler.kinds import JobTarget, close_item_runner, make_item_runner
 from scheduler.scheduler import Scheduler
 from sharding.instance import InstanceIdentity
 from sharding.strategy_loader import import_object
@@ -546,13 +547,16 @@ class _Loader:
         elif spec is None:
             self.error(where, f'target: missing ({_a(kind.name)} job needs target = "module:attr")')
             return None
+        field_name = f"target {spec!r}" if spec is not None else f"job_type {kind.name!r}"
         try:
-            make_item_runner(config, target)
+            item_runner = make_item_runner(config, target)
         except ValueError as exc:
-            message = str(exc).removeprefix(f"job {config.name}: ")
-            field_name = f"target {spec!r}" if spec is not None else f"job_type {kind.name!r}"
-            self.error(where, f"{field_name}: {message}")
+            self.error(where, f"{field_name}: {str(exc).removeprefix(f'job {config.name}: ')}")
             return None
+        except HttpUnavailable as exc:  # an HTTP job without the http extra
+            self.error(where, f"{field_name}: {exc}")
+            return None
+        close_item_runner(item_runner)  # made to check only; add_job makes the job's own
         return cast(JobTarget | None, target)
 
     def handler(self, where: str, spec: str | None) -> ErrorHandler | None:
