@@ -19,6 +19,7 @@ import pytest
 
 from scheduler.config_file import build_scheduler, load_worker_file
 from tests.harness import Harness
+from tests.scenarios.once_listener import OnceCall, read_once_calls
 from tests.scenarios.recording_job import RECORD_FILE_ENV
 from tests.scenarios.workers import EVERY_SECOND, REPO_ROOT, Worker
 from tests.scheduler.file_jobs import read_events
@@ -29,8 +30,8 @@ FJ = "tests.scheduler.file_jobs"
 TOKEN = "s3cret-token-from-the-environment"
 
 #: three jobs: every second over 3 items with a listener and a secret; every 2 s over 2
-#: items with item parameters and a default; a SCRIPT job whose command comes from the
-#: environment and whose parameter has an escaped "$"
+#: items with item parameters, a default and a once-per-cluster listener; a SCRIPT job
+#: whose command comes from the environment and whose parameter has an escaped "$"
 JOBS_FILE = """
 registry = "@URL@"
 instance_id = "from-the-file"
@@ -50,6 +51,7 @@ cron = "0/2 * * * * ?"
 sharding_total_count = 2
 sharding_item_parameters = "0=north,1=south"
 job_parameter = "${SHARDJOB_TEST_UNSET_VARIABLE:-fallback}"
+listeners = ["tests.scenarios.once_listener:RecordingOnce"]
 
 [jobs.script]
 job_type = "script"
@@ -78,7 +80,7 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-def every_job_ran(events: list[dict[str, Any]]) -> bool:
+def every_job_ran(events: list[dict[str, Any]], once: list[OnceCall]) -> bool:
     def items(kind: str, job: str) -> set[int]:
         return {e["item"] for e in events if e["kind"] == kind and e["job"] == job}
 
@@ -88,6 +90,7 @@ def every_job_ran(events: list[dict[str, Any]]) -> bool:
         and items("item", "slow") == {0, 1}
         and items("script", "script") == {0, 1}
         and heard
+        and {call.kind for call in once} == {"before", "after"}
     )
 
 
@@ -127,7 +130,7 @@ def run_in_process(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         sched.start()
         assert sched.failed_jobs == {}
         wait_for(
-            lambda: every_job_ran(read_events(record_file)),
+            lambda: every_job_ran(read_events(record_file), read_once_calls(record_file)),
             30,
             interval=0.1,
             message=lambda: f"every job's items and the listener: {read_events(record_file)}",
@@ -149,7 +152,7 @@ def run_worker_process(url: str, tmp_path: Path) -> None:
         assert "worker 127.0.0.1@-@file-worker running 3 jobs: 'fast', 'script', 'slow'" in stdout
         assert f"serving /metrics /healthz /readyz /dump at http://{LOOPBACK}:{port}" in stdout
         wait_for(
-            lambda: every_job_ran(read_events(worker.record_file)),
+            lambda: every_job_ran(read_events(worker.record_file), read_once_calls(worker.record_file)),
             30,
             interval=0.1,
             message=lambda: f"every job's items and the listener: {worker.describe()}",

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from scheduler import JobConfig, JobType
+from scheduler import DistributeOnceListener, JobConfig, JobType
 from scheduler.config_file import (
     ConfigFileError,
     WorkerFile,
@@ -86,6 +86,15 @@ error_handler = "throw"
 job_type = "SCRIPT"
 script_command_line = "echo hello"
 cron = "0 30 2 * * ?"
+listeners = ["tests.scenarios.once_listener:RecordingOnce"]
+
+[jobs.ping]
+job_type = "http"
+cron = "0 * * * * ?"
+[jobs.ping.props]
+http.uri = "https://example.test/ping"
+http.method = "GET"
+"http.read.timeout.milliseconds" = "2000"
 
 """
 
@@ -96,8 +105,8 @@ def test_a_valid_file_becomes_scheduler_options_and_resolved_jobs() -> None:
     assert (loaded.path, loaded.registry, loaded.instance_id, loaded.max_workers, loaded.history, loaded.http) == (
         NAME, "zk://127.0.0.1:2181/app", "10.0.0.1@-@worker-1", 8, "sqlite:///runs.db", "127.0.0.1:9100",
     )  # fmt: skip
-    assert [job.config.name for job in loaded.jobs] == ["settle-orders", "flow", "nightly.report"]
-    settle, flow, nightly = loaded.jobs
+    assert [job.config.name for job in loaded.jobs] == ["settle-orders", "flow", "nightly.report", "ping"]
+    settle, flow, nightly, ping = loaded.jobs
     assert settle.config == JobConfig(
         name="settle-orders",
         cron="0/5 * * * * ?",
@@ -127,6 +136,15 @@ def test_a_valid_file_becomes_scheduler_options_and_resolved_jobs() -> None:
     assert flow.config.job_type is JobType.DATAFLOW and flow.config.streaming_process
     assert (flow.config.error_handler, flow.error_handler) == ("THROW", None)
     assert nightly.target is None and nightly.config.job_type is JobType.SCRIPT
+    # a once-per-cluster listener is a listener like any other: made once, passed as it is
+    (once,) = nightly.listeners
+    assert isinstance(once, DistributeOnceListener) and type(once).__name__ == "RecordingOnce"
+    assert ping.target is None and ping.config.job_type is JobType.HTTP
+    assert dict(ping.config.props) == {
+        "http.uri": "https://example.test/ping",
+        "http.method": "GET",
+        "http.read.timeout.milliseconds": "2000",
+    }
 
 
 def test_props_nested_tables_become_dotted_prop_names() -> None:
@@ -173,9 +191,12 @@ def test_check_lines_describe_each_job_without_secrets() -> None:
         f"[jobs.settle-orders] ok: SIMPLE {FJ}:record, cron '0/5 * * * * ?' in Asia/Shanghai, 3 items, failover, "
         f"listeners {FJ}:LISTENER, {FJ}:RecordingListener, {FJ}:make_listener, error_handler {FJ}:handler",
         f"[jobs.flow] ok: DATAFLOW {FJ}:Dataflow, one-off (runs when triggered), 1 item, error_handler THROW",
-        "[jobs.\"nightly.report\"] ok: SCRIPT, cron '0 30 2 * * ?', 1 item, error_handler LOG",
+        "[jobs.\"nightly.report\"] ok: SCRIPT, cron '0 30 2 * * ?', 1 item, "
+        "listeners tests.scenarios.once_listener:RecordingOnce, error_handler LOG",
+        "[jobs.ping] ok: HTTP, cron '0 * * * * ?', 1 item, error_handler LOG",
     ]
-    assert "s3cret" not in "\n".join(lines) and "echo hello" not in "\n".join(lines)
+    printed = "\n".join(lines)
+    assert "s3cret" not in printed and "echo hello" not in printed and "example.test" not in printed
 
 
 # -- environment substitution ------------------------------------------------------------------------
@@ -434,15 +455,17 @@ def test_an_error_is_not_followed_by_its_consequences(fields: str, expected: str
 
 def test_an_error_quotes_a_substituted_secret_by_its_variable() -> None:
     """The value of a field that fails is quoted in the message; a substituted one in its
-    ``${...}`` form, so the secret is not printed."""
+    ``${...}`` form, so the secret (a webhook's token, here) is not printed."""
     text = REGISTRY + (
         '[jobs.ping]\njob_type = "http"\n'
-        'props = { "http.uri" = "ftp://user:${PASSWORD}@host/x", "http.method" = "GET" }\n'
+        'props = { "http.uri" = "htps://hooks.example.test/${HOOK_TOKEN}", "http.method" = "POST" }\n'
     )
-    assert errors_of(text, {"PASSWORD": "hunter2"}) == [
-        "jobs.toml: [jobs.ping] props 'http.uri' 'ftp://user:${PASSWORD}@host/x': an HTTP job needs an "
-        "http:// or https:// URL"
+    errors = errors_of(text, {"HOOK_TOKEN": "hunter2"})
+    assert errors == [
+        "jobs.toml: [jobs.ping] props 'http.uri' 'htps://hooks.example.test/${HOOK_TOKEN}': an HTTP job needs "
+        "an http:// or https:// URL"
     ]
+    assert "hunter2" not in "\n".join(errors)
 
 
 def test_make_listener_names_the_option() -> None:
