@@ -1,5 +1,6 @@
 """``shardjob``: ``demo`` (no set-up, several instances in one process), ``worker`` (one
-worker process for real deployments and docker-compose), ``history`` (the recorded item
+worker process for real deployments and docker-compose; ``--config`` runs the jobs of a
+file, ``check`` validates one: ``scheduler.config_file``), ``history`` (the recorded item
 runs, from the history database) and the operator commands of ``cli_ops`` (``jobs``,
 ``status``, ``servers``, ``trigger``, ``disable``, ``enable``, ``shutdown``, ``remove``,
 ``config``, ``dump``) and ``console`` (the web console, ``scheduler.console``).
@@ -29,6 +30,7 @@ from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
 from scheduler.cli_ops import add_operation_commands, run_operation
 from scheduler.config import JobConfig, JobType
+from scheduler.config_file import ConfigFileError, build_scheduler, load_worker_file, make_listener
 from scheduler.console import ConsoleUnavailable
 from scheduler.context import ShardingContext
 from scheduler.exit_codes import ExitCode
@@ -215,6 +217,10 @@ def parse_props(assignments: Sequence[str]) -> dict[str, str]:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        return _worker_from_file(args)
+    if args.registry is None:
+        raise ValueError("--registry is required (or --config FILE)")
     job_type = JobType[args.job_type.upper()]
     codeless = job_type in (JobType.SCRIPT, JobType.HTTP)  # nothing to import: no --job
     target = None if codeless else _load_job(args.job) if args.job else None
@@ -244,11 +250,46 @@ def _worker(args: argparse.Namespace) -> int:
         streaming_process=args.streaming,
         props=parse_props(args.prop),
     )
+    listeners = [make_listener(spec, "--listener") for spec in args.listener]
     sched = Scheduler(
         args.registry, instance_id=args.instance_id, max_workers=args.max_workers, history=args.history
     )
-    sched.add_job(config, target)
-    endpoint = sched.serve_http(args.http) if args.http else None
+    sched.add_job(config, target, listeners=listeners)
+    return _run_worker(sched, args.http)
+
+
+#: ``worker`` options a --config file also sets (the command line's win), and the top-level
+#: ones; every other worker option declares the one job of a command line: not with --config
+_NOT_JOB_OPTIONS = ("command", "verbose", "config", "instance_id", "max_workers", "history", "http")
+
+
+def _worker_from_file(args: argparse.Namespace) -> int:
+    defaults = build_parser().parse_args(["worker", "--config", args.config])
+    given = [
+        "--" + name.replace("_", "-")
+        for name, value in vars(args).items()
+        if name not in _NOT_JOB_OPTIONS and value != getattr(defaults, name, value)
+    ]
+    if given:
+        raise ValueError(
+            f"--config: {', '.join(given)} cannot go with it (with --config the registry and the "
+            "jobs are declared in the file)"
+        )
+    try:
+        worker_file = load_worker_file(args.config)
+    except ConfigFileError as exc:
+        for line in exc.errors:
+            print(f"shardjob: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    sched = build_scheduler(
+        worker_file, instance_id=args.instance_id, max_workers=args.max_workers, history=args.history
+    )
+    return _run_worker(sched, args.http or worker_file.http)
+
+
+def _run_worker(sched: Scheduler, http: str | None) -> int:
+    """Start ``sched`` and run it until SIGTERM or SIGINT, then shut down gracefully."""
+    endpoint = sched.serve_http(http) if http else None
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -257,12 +298,19 @@ def _worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     sched.start()
-    failed = sched.failed_jobs.get(config.name)
-    if failed is not None:
+    failed = sched.failed_jobs
+    if failed:
+        # a worker that runs fewer jobs than it was given says so and stops: a fleet
+        # quietly short of a job is worse than a worker that does not start
         sched.shutdown(wait=False)
-        print(f"shardjob: job {config.name!r} could not start: {failed}", file=sys.stderr)
+        if endpoint is not None:
+            endpoint.close()
+        for name, exc in failed.items():
+            print(f"shardjob: job {name!r} could not start: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    print(f"worker {sched.instance_id} running job {config.name!r}; SIGTERM stops it gracefully", flush=True)
+    names = sched.jobs
+    running = f"job {names[0]!r}" if len(names) == 1 else f"{len(names)} jobs: {', '.join(map(repr, names))}"
+    print(f"worker {sched.instance_id} running {running}; SIGTERM stops it gracefully", flush=True)
     if endpoint is not None:
         print(f"serving /metrics /healthz /readyz /dump at {endpoint.url}", flush=True)
     # Hazard: the kernel may deliver SIGTERM to any thread (grpc's, kazoo's); the handler
@@ -274,6 +322,18 @@ def _worker(args: argparse.Namespace) -> int:
     if endpoint is not None:
         endpoint.close()
     print(f"worker {sched.instance_id} stopped", flush=True)
+    return EXIT_OK
+
+
+def _check(args: argparse.Namespace) -> int:
+    try:
+        worker_file = load_worker_file(args.config)
+    except ConfigFileError as exc:
+        for line in exc.errors:
+            print(f"shardjob: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    for line in worker_file.describe():
+        print(line)
     return EXIT_OK
 
 
@@ -394,12 +454,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser(
         "worker",
-        help="run one worker process for a job",
-        description="Run one instance of a job until SIGTERM or SIGINT, then shut down gracefully: "
-        "running items finish, this instance's nodes are removed and its items move at once.",
+        help="run one worker process for a job (or for every job of a --config file)",
+        description="Run one instance of a job (or of every job a --config file declares) until "
+        "SIGTERM or SIGINT, then shut down gracefully: running items finish, this instance's nodes "
+        "are removed and its items move at once.",
     )
     worker.add_argument(
-        "--registry", required=True, metavar="URL", help="zk://..., etcd://... or memory://..."
+        "--config",
+        metavar="FILE",
+        help="run every job of this TOML file (registry and jobs in the file; --instance-id, "
+        "--max-workers, --history and --http override its options); see shardjob check",
+    )
+    worker.add_argument(
+        "--registry", metavar="URL", help="zk://..., etcd://... or memory://... (required unless --config)"
     )
     worker.add_argument(
         "--job",
@@ -456,6 +523,24 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--http", metavar="HOST:PORT", help="serve /metrics /healthz /readyz /dump (e.g. 127.0.0.1:9100)"
     )
+    worker.add_argument(
+        "--listener",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="a listener of the job (repeatable): a JobListener instance, or a class or "
+        "zero-argument factory called once to make one",
+    )
+
+    check = commands.add_parser(
+        "check",
+        help="validate a worker --config file without running it",
+        description="Parse FILE, substitute its ${VAR}s, build every job's config and import every "
+        "target, listener and error handler, as worker --config does, without connecting to the "
+        "registry. Prints one line per job; exit 0 when the file is valid, 2 with every error "
+        "(file, job and field named) on stderr when not.",
+    )
+    check.add_argument("--config", required=True, metavar="FILE", help="the TOML file of worker --config")
 
     history = commands.add_parser(
         "history",
@@ -494,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _demo(args)
         if args.command == "history":
             return _history(args)
+        if args.command == "check":
+            return _check(args)
         if args.command == "console":
             from scheduler.console.serve import run_console
 

@@ -32,6 +32,14 @@ RUN_TIMEOUT = 30.0
 CLI_TIMEOUT = 60.0
 #: the smoke job's items: each must be seen once for the run to count
 ITEMS = 2
+#: a ``worker --config`` file that ``shardjob check`` must accept: its TOML parser is
+#: tomllib, or on 3.10 tomli, which only a marked requirement installs
+CHECK_FILE = """registry = "memory://smoke-check"
+[jobs.nightly]
+job_type = "script"
+script_command_line = "${SHARDJOB_SMOKE_COMMAND:-true}"
+cron = "0 30 2 * * ?"
+"""
 
 
 def _cli(*args: str) -> dict[str, Any]:
@@ -130,6 +138,13 @@ def _missing_extras(workdir: Path) -> dict[str, Any]:
     }
 
 
+def _check(workdir: Path) -> dict[str, Any]:
+    """``shardjob check --config`` on ``CHECK_FILE``."""
+    path = workdir / "jobs.toml"
+    path.write_text(CHECK_FILE, encoding="utf-8")
+    return _cli("check", "--config", str(path))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--registry", action="append", default=[], metavar="URL", help="run the one-job smoke on it")
@@ -139,6 +154,8 @@ def main() -> None:
     report: dict[str, Any] = _where()
     report["cli_version"] = _cli("--version")
     report["demo"] = _cli("demo", "--fires", "1")
+    with tempfile.TemporaryDirectory() as workdir:
+        report["check"] = _check(Path(workdir))
     report["runs"] = [_one_job(url) for url in args.registry]
     report["unavailable"] = {url: _unavailable(url) for url in args.unavailable}
     if args.missing_extras:

@@ -37,6 +37,14 @@ def _assert_installed_and_runs(report: dict[str, Any], venv: Venv, dists: Dists)
     demo = report["demo"]
     assert demo["rc"] == 0, demo
     assert "demo done:" in demo["stdout"] and ", 0 item runs doubled." in demo["stdout"], demo["stdout"]
+    assert report["check"] == {
+        "rc": 0,
+        "stdout": "[jobs.nightly] ok: SCRIPT, cron '0 30 2 * * ?', 1 item, error_handler LOG\n",
+        "stderr": "",
+    }
+    # worker --config's TOML parser: tomllib from 3.11, the tomli package before
+    before_tomllib = tuple(map(int, report["python"].split(".")[:2])) < (3, 11)
+    assert ("tomli" in report["distributions"]) == before_tomllib, report["distributions"]
 
 
 def _assert_job_ran(report: dict[str, Any], schemes: list[str]) -> None:
