@@ -11,6 +11,7 @@ __all__ = [
     "ClockSkewError",
     "HttpJobFailed",
     "JobExecutionError",
+    "JobTimeout",
     "PoolShutDown",
     "ScriptFailed",
     "ShardJobError",
@@ -24,6 +25,17 @@ class ClockSkewError(ShardJobError):
 
 class JobExecutionError(ShardJobError):
     """An item failed and the job's error handler is THROW."""
+
+
+class JobTimeout(ShardJobError):
+    """An item ran past its job's ``timeout_seconds``: it was cancelled, and it fails
+    with this error whatever it did after the deadline."""
+
+    def __init__(self, job: str, item: int, timeout: float) -> None:
+        super().__init__(f"job {job} item {item} ran past timeout_seconds={timeout:g} and was cancelled")
+        self.job = job
+        self.item = item
+        self.timeout = timeout
 
 
 class ScriptFailed(ShardJobError):

@@ -696,6 +696,7 @@ class JobRunner:
             fire_time=run.fire_time,
             epoch=run.epoch,
             failover=run.failover,
+            time_zone=config.time_zone,
         )
 
     def _keep_going(self) -> bool:
