@@ -2,25 +2,30 @@
 
 simple: a callable (or an object with ``execute(ctx)``) per item. dataflow: an object with
 ``fetch_data(ctx) -> list`` and ``process_data(ctx, data)``; streaming repeats until a fetch
-returns nothing, the scheduler stops, or a resharding is pending. script: a command line
-with the context appended as one JSON argument; a non-zero exit status is a failure.
-http: one request per item, as the job's props say (``scheduler.http_job``).
+returns nothing, the scheduler stops, or a resharding is pending. Either may be ``async
+def``: the item then runs on the scheduler's event loop (``scheduler.async_loop``).
+script: a command line with the context appended as one JSON argument; a non-zero exit
+status is a failure. http: one request per item, as the job's props say
+(``scheduler.http_job``).
 Invariant: a kind's target is checked when the job is added, before anything is written.
 An item runner with a ``close()`` holds resources: ``close_item_runner`` when its job stops.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import shlex
 import subprocess
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, cast
 
+from scheduler.async_loop import AsyncLoop, is_async_callable
 from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.errors import ScriptFailed
 from scheduler.http_job import HttpItemRunner, check_http_props
+from scheduler.timeouts import Deadline
 
 __all__ = ["ItemRunner", "ScriptFailed", "close_item_runner", "make_item_runner"]
 
@@ -54,14 +59,29 @@ class DataflowJob(Protocol):
 JobTarget = SimpleJob | SimpleJobObject | DataflowJob
 
 
-def make_item_runner(config: JobConfig, target: JobTarget | None) -> ItemRunner:
-    """Check ``target`` against ``config.job_type`` and return how to run one item."""
+def make_item_runner(config: JobConfig, target: JobTarget | None, *, loop: AsyncLoop | None = None) -> ItemRunner:
+    """Check ``target`` against ``config.job_type`` and return how to run one item; an
+    async target runs on ``loop`` (the scheduler's; without it, the runner only checks)."""
     if config.job_type is JobType.SIMPLE:
         fn = getattr(target, "execute", None) if not callable(target) else target
         if not callable(fn):
             raise ValueError(f"job {config.name}: a simple job needs a callable taking a ShardingContext")
+        if is_async_callable(fn):
+            run_on_loop = _on_loop(config, loop)
+
+            def run_simple_async(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+                run_on_loop(cast("Coroutine[Any, Any, object]", fn(ctx)), ctx.deadline)
+
+            return run_simple_async
+
         def run_simple(ctx: ShardingContext, keep_going: KeepGoing) -> None:
-            fn(ctx)
+            result = fn(ctx)
+            if inspect.iscoroutine(result):  # made, never awaited: nothing of it ran
+                result.close()
+                raise TypeError(
+                    f"job {config.name}: {fn!r} returned a coroutine; declare it async def "
+                    "(or give its async function) so that it runs on the scheduler's loop"
+                )
 
         return run_simple
     if config.job_type is JobType.DATAFLOW:
@@ -71,6 +91,29 @@ def make_item_runner(config: JobConfig, target: JobTarget | None) -> ItemRunner:
                 f"job {config.name}: a dataflow job needs an object with fetch_data and process_data"
             )
         streaming = config.streaming_process
+        if is_async_callable(fetch) != is_async_callable(process):
+            raise ValueError(
+                f"job {config.name}: fetch_data is {_kind(fetch)} but process_data is {_kind(process)}; "
+                "make both async def or neither"
+            )
+        if is_async_callable(fetch):
+            run_on_loop = _on_loop(config, loop)
+            afetch: Callable[[ShardingContext], Awaitable[list[Any]]] = fetch
+            aprocess: Callable[[ShardingContext, list[Any]], Awaitable[object]] = process
+
+            async def dataflow(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+                while True:
+                    data = await afetch(ctx)
+                    if not data:
+                        return
+                    await aprocess(ctx, data)
+                    if not streaming or not keep_going():
+                        return
+
+            def run_dataflow_async(ctx: ShardingContext, keep_going: KeepGoing) -> None:
+                run_on_loop(dataflow(ctx, keep_going), ctx.deadline)
+
+            return run_dataflow_async
 
         def run_dataflow(ctx: ShardingContext, keep_going: KeepGoing) -> None:
             while True:
@@ -109,3 +152,25 @@ def close_item_runner(item_runner: ItemRunner) -> None:
     close = getattr(item_runner, "close", None)
     if callable(close):
         close()
+
+
+RunOnLoop = Callable[["Coroutine[Any, Any, object]", "Deadline | None"], object]
+
+
+def _on_loop(config: JobConfig, loop: AsyncLoop | None) -> RunOnLoop:
+    """How an async item runs: on ``loop``; without one (a runner made only to check its
+    target, as config files are checked) running it is an error."""
+    if loop is not None:
+        return loop.run
+
+    def refuse(coro: Coroutine[Any, Any, object], deadline: Deadline | None) -> object:
+        coro.close()
+        raise TypeError(
+            f"job {config.name}: an async job runs on its scheduler's AsyncLoop; this runner was made without one"
+        )
+
+    return refuse
+
+
+def _kind(fn: object) -> str:
+    return "async def" if is_async_callable(fn) else "a plain function"

@@ -24,6 +24,7 @@ from registry.errors import RegistryError
 from registry.protocol import Characteristic, RegistryCenter, SessionState
 from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
+from scheduler.async_loop import AsyncLoop
 from scheduler.config import JobConfig, JobType
 from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
@@ -115,6 +116,8 @@ class Scheduler:
         self._started = False
         self._failed: dict[str, Exception] = {}
         self._shut_down: dict[str, float] = {}
+        #: where async jobs run: one loop thread, started by the first coroutine
+        self.async_loop = AsyncLoop(f"shardjob-async-{self.identity.instance_id}")
         self.observers = Observers()  # run history and metrics subscribe here
         self.history: HistoryWriter | None = make_history(history, self.identity, self.observers)
 
@@ -202,7 +205,7 @@ class Scheduler:
         if not isinstance(config, JobConfig):
             raise ValueError(f"add_job needs a JobConfig, got {type(config).__name__}")
         handler = resolve_error_handler(error_handler if error_handler is not None else config.error_handler)
-        make_item_runner(config, func)  # checks the target against the kind
+        make_item_runner(config, func, loop=self.async_loop)  # checks the target against the kind
         with self._lock:
             if config.name in self._jobs:
                 raise ValueError(f"job {config.name!r} is already added to this scheduler")
@@ -301,7 +304,7 @@ class Scheduler:
         runner = JobRunner(
             self._runtime,
             job.config,
-            make_item_runner(job.config, job.target),
+            make_item_runner(job.config, job.target, loop=self.async_loop),
             job.listeners,
             job.handler,
             on_shutdown_request=self._shutdown_requested,
@@ -389,6 +392,7 @@ class Scheduler:
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
         runtime.workers.shutdown(wait=wait, drop_queued=not wait)
+        self.async_loop.stop()  # after the items: with wait, none is left on it
         if self._owns_registry:
             runtime.reg.close()
         if self.history is not None:

@@ -1,5 +1,5 @@
 """What the run path does to one item, end to end on memory, ZooKeeper and etcd:
-``fire_datetime``.
+``fire_datetime``, ``async def`` jobs (one loop per scheduler, items overlapping on it).
 
 Each test is judged by what its feature changes, so that it fails without it; every "did
 not happen" is judged after an event that proves it had the time to happen.
@@ -7,23 +7,32 @@ not happen" is judged after an event that proves it had the time to happen.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import json
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from scheduler import (
     JobConfig,
     JobListener,
     JobRun,
+    JobType,
+    PoolShutDown,
     Scheduler,
     ShardingContext,
 )
+from scheduler.async_loop import AsyncLoop
 from scheduler.cron import parse_time_zone
 from scheduler.handlers import ErrorHandler
 from scheduler.history import HistoryReader
+from scheduler.kinds import make_item_runner
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
@@ -147,3 +156,118 @@ def test_context_without_a_zone_and_its_json() -> None:
         "jobName": "j", "taskId": "t", "shardingTotalCount": 2, "jobParameter": "p", "shardingItem": 1,
         "shardingParameter": "x", "fireTime": 1_700_000_000.0, "epoch": 3, "failover": False, "attempt": 2,
     }  # fmt: skip
+
+
+# -- async jobs ---------------------------------------------------------------------------------------
+def test_async_items_overlap_on_the_schedulers_one_loop(
+    harness: Harness, namespace: str, made: list[Scheduler]
+) -> None:
+    spans: dict[tuple[str, int], tuple[float, float, str]] = {}
+
+    async def job(ctx: ShardingContext) -> None:
+        began = time.monotonic()
+        await asyncio.sleep(0.3)
+        spans[(ctx.job_name, ctx.sharding_item)] = (began, time.monotonic(), threading.current_thread().name)
+
+    class Job:  # ElasticJob's SimpleJob shape, with an async execute
+        async def execute(self, ctx: ShardingContext) -> None:
+            await job(ctx)
+
+    ends = Ends()
+    sched = start(
+        harness, made, namespace, JobConfig(name="job", sharding_total_count=2), job, listeners=(ends,)
+    )
+    sched.add_job(JobConfig(name="other", sharding_total_count=2), Job(), listeners=[ends])
+    trigger(sched, "job")
+    trigger(sched, "other")
+    wait_for(lambda: ends.count() == 2, 20, message="both runs end")
+    assert all(run.succeeded for run in ends.runs)
+    first, second = spans[("job", 0)], spans[("job", 1)]
+    assert max(first[0], second[0]) < min(first[1], second[1]), "the two items of one run did not overlap"
+    loop = sched.async_loop.thread
+    assert loop is not None and {span[2] for span in spans.values()} == {loop.name}
+    assert len(spans) == 4
+    sched.shutdown(wait=True)
+    assert not loop.is_alive(), "the loop's thread outlived its scheduler"
+
+
+def test_an_async_dataflow_job_streams_until_a_fetch_is_empty(
+    harness: Harness, namespace: str, made: list[Scheduler]
+) -> None:
+    class Feed:
+        def __init__(self) -> None:
+            self.batches = {0: [[1, 2], [3], []], 1: [[10], []]}
+            self.processed: list[tuple[int, list[int], str]] = []
+
+        async def fetch_data(self, ctx: ShardingContext) -> list[int]:
+            await asyncio.sleep(0)
+            return self.batches[ctx.sharding_item].pop(0)
+
+        async def process_data(self, ctx: ShardingContext, data: list[int]) -> None:
+            await asyncio.sleep(0)
+            self.processed.append((ctx.sharding_item, data, threading.current_thread().name))
+
+    feed, ends = Feed(), Ends()
+    config = JobConfig(name="job", sharding_total_count=2, job_type=JobType.DATAFLOW, streaming_process=True)
+    sched = start(harness, made, namespace, config, feed, listeners=(ends,))
+    trigger(sched)
+    wait_for(lambda: ends.count() == 1, 20, message="the run ends")
+    assert ends.runs[0].succeeded
+    assert sorted((item, data) for item, data, _ in feed.processed) == [(0, [1, 2]), (0, [3]), (1, [10])]
+    loop = sched.async_loop.thread
+    assert loop is not None and {name for _, _, name in feed.processed} == {loop.name}
+
+
+def test_async_targets_are_checked_when_added() -> None:
+    sched = Scheduler("memory://async-checks/ns")
+
+    class Mixed:
+        async def fetch_data(self, ctx: ShardingContext) -> list[int]:
+            return []
+
+        def process_data(self, ctx: ShardingContext, data: list[int]) -> None:
+            pass
+
+    with pytest.raises(ValueError, match="fetch_data is async def but process_data is a plain function"):
+        mixed: Any = Mixed()
+        sched.add_job(JobConfig(name="mixed", job_type=JobType.DATAFLOW), mixed)
+
+    async def job(ctx: ShardingContext) -> None:
+        pass
+
+    checked = make_item_runner(JobConfig(name="loopless"), job)  # as a config file is checked
+    with pytest.raises(TypeError, match="AsyncLoop; this runner was made without one"):
+        checked(ShardingContext("loopless", "t", 1, "", 0, None, 1.0, 1), lambda: True)
+    assert sched.jobs == []
+    assert sched.async_loop.thread is None, "a loop started before any async item ran"
+
+
+def test_a_sync_function_returning_a_coroutine_is_a_clear_failure() -> None:
+    async def work(ctx: ShardingContext) -> None:
+        pass
+
+    handled, ends = Handled(), Ends()
+    with Scheduler("memory://coroutine-returned/ns", max_workers=2) as sched:
+        sched.add_job(JobConfig(name="job"), lambda ctx: work(ctx), listeners=[ends], error_handler=handled)
+        trigger(sched)
+        wait_for(lambda: ends.count() == 1, 20, message="the run ends")
+    [(_, error)] = handled.calls
+    assert isinstance(error, TypeError) and "returned a coroutine; declare it async def" in str(error)
+
+
+def test_a_stopped_loop_refuses_coroutines() -> None:
+    loop = AsyncLoop("test-loop")
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 42
+
+    assert loop.run(answer()) == 42
+    thread = loop.thread
+    assert thread is not None and thread.is_alive()
+    loop.stop()
+    assert not thread.is_alive()
+    coro = answer()
+    with pytest.raises(PoolShutDown):
+        loop.run(coro)
+    assert inspect.getcoroutinestate(coro) == "CORO_CLOSED", "the refused coroutine was left open"
