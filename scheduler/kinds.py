@@ -2,11 +2,11 @@
 
 simple: a callable (or an object with ``execute(ctx)``) per item. dataflow: an object with
 ``fetch_data(ctx) -> list`` and ``process_data(ctx, data)``; streaming repeats until a fetch
-returns nothing, the scheduler stops, or a resharding is pending. Either may be ``async
-def``: the item then runs on the scheduler's event loop (``scheduler.async_loop``).
-script: a command line with the context appended as one JSON argument; a non-zero exit
-status is a failure. http: one request per item, as the job's props say
-(``scheduler.http_job``).
+returns nothing, the scheduler stops, a resharding is pending or the item's deadline
+passed. Either may be ``async def``: the item then runs on the scheduler's event loop
+(``scheduler.async_loop``). script: a command line with the context appended as one JSON
+argument, in a process group of its own (``scheduler.processes``); a non-zero exit status
+is a failure. http: one request per item, as the job's props say (``scheduler.http_job``).
 Invariant: a kind's target is checked when the job is added, before anything is written.
 An item runner with a ``close()`` holds resources: ``close_item_runner`` when its job stops.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import inspect
 import logging
 import shlex
-import subprocess
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, cast
 
@@ -25,6 +24,7 @@ from scheduler.config import JobConfig, JobType
 from scheduler.context import ShardingContext
 from scheduler.errors import ScriptFailed
 from scheduler.http_job import HttpItemRunner, check_http_props
+from scheduler.processes import run_script as run_process_group
 from scheduler.timeouts import Deadline
 
 __all__ = ["ItemRunner", "ScriptFailed", "close_item_runner", "make_item_runner"]
@@ -107,7 +107,7 @@ def make_item_runner(config: JobConfig, target: JobTarget | None, *, loop: Async
                     if not data:
                         return
                     await aprocess(ctx, data)
-                    if not streaming or not keep_going():
+                    if not streaming or ctx.cancelled or not keep_going():
                         return
 
             def run_dataflow_async(ctx: ShardingContext, keep_going: KeepGoing) -> None:
@@ -121,7 +121,7 @@ def make_item_runner(config: JobConfig, target: JobTarget | None, *, loop: Async
                 if not data:
                     return
                 process(ctx, data)
-                if not streaming or not keep_going():
+                if not streaming or ctx.cancelled or not keep_going():
                     return
 
         return run_dataflow
@@ -133,7 +133,7 @@ def make_item_runner(config: JobConfig, target: JobTarget | None, *, loop: Async
         command = shlex.split(config.script_command_line)
 
         def run_script(ctx: ShardingContext, keep_going: KeepGoing) -> None:
-            done = subprocess.run([*command, ctx.to_json()], capture_output=True, text=True, check=False)
+            done = run_process_group([*command, ctx.to_json()], ctx.deadline)
             if done.stdout:
                 log.info("job %s item %d: %s", ctx.job_name, ctx.sharding_item, done.stdout.rstrip())
             if done.returncode != 0:

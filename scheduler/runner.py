@@ -32,10 +32,11 @@ from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
 from scheduler.distribute_once import bind_once_per_cluster
-from scheduler.errors import ClockSkewError, PoolShutDown
+from scheduler.errors import ClockSkewError, JobTimeout, PoolShutDown
 from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner, close_item_runner
+from scheduler.timeouts import arm, disarm
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import (
@@ -117,7 +118,8 @@ class _LaunchedRun:
     its second, long enough to reach the garbage collector's oldest generation, whose
     full collections then pause the burst's tail. So a run is one object with slots, and
     each item's context is made only when the item starts (no closures, no contexts made
-    up front)."""
+    up front). Only a job that asks for them pays for timeouts (a ``Deadline`` and a timer
+    entry per attempt, ``scheduler.timeouts``)."""
 
     __slots__ = ("_left", "_lock", "_next", "_runner", "mark", "run", "task_id")
 
@@ -697,23 +699,39 @@ class JobRunner:
             epoch=run.epoch,
             failover=run.failover,
             time_zone=config.time_zone,
+            deadline=None if config.timeout_seconds is None else arm(self._rt.timer, config.timeout_seconds),
         )
 
     def _keep_going(self) -> bool:
         return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
 
     def _run_item(self, run: JobRun, ctx: ShardingContext) -> None:
+        error = self.run_attempt(run, ctx)
+        if error is None:
+            return
+        run.errors[ctx.sharding_item] = error
+        try:
+            self._error_handler(ctx, error)
+        except Exception as thrown:  # THROW, or a handler that fails
+            log.error("job %s item %d: %s", self.name, ctx.sharding_item, thrown, exc_info=thrown)
+
+    # -- one attempt of an item ------------------------------------------------------------
+    def run_attempt(self, run: JobRun, ctx: ShardingContext) -> Exception | None:
+        """Run one attempt of an item; the error it failed with, or None. An attempt its
+        deadline reached fails with ``JobTimeout`` whatever it did afterwards."""
         self._rt.observer.item_started(run, ctx)
+        error: Exception | None = None
         try:
             self._item_runner(ctx, self._keep_going)
-            self._rt.observer.item_ended(run, ctx, None)
         except Exception as exc:
-            self._rt.observer.item_ended(run, ctx, exc)
-            run.errors[ctx.sharding_item] = exc
-            try:
-                self._error_handler(ctx, exc)
-            except Exception as thrown:  # THROW, or a handler that fails
-                log.error("job %s item %d: %s", self.name, ctx.sharding_item, thrown, exc_info=thrown)
+            error = exc
+        deadline = ctx.deadline
+        if deadline is not None and disarm(self._rt.timer, deadline):
+            timed_out = JobTimeout(self.name, ctx.sharding_item, deadline.timeout)
+            timed_out.__cause__ = error
+            error = timed_out
+        self._rt.observer.item_ended(run, ctx, error)
+        return error
 
     def _complete(self, run: JobRun, mark: RunMark) -> None:
         """Every item ended (worker thread): the mark's removal goes to the group commit;

@@ -1,5 +1,7 @@
 """What the run path does to one item, end to end on memory, ZooKeeper and etcd:
-``fire_datetime``, ``async def`` jobs (one loop per scheduler, items overlapping on it).
+``fire_datetime``, ``async def`` jobs (one loop per scheduler, items overlapping on it),
+per-attempt timeouts (an async task cancelled, a script's process group killed, a sync job
+told).
 
 Each test is judged by what its feature changes, so that it fails without it; every "did
 not happen" is judged after an event that proves it had the time to happen.
@@ -11,6 +13,9 @@ import asyncio
 import dataclasses
 import inspect
 import json
+import os
+import shlex
+import signal
 import threading
 import time
 from datetime import datetime, timedelta, timezone
@@ -23,6 +28,7 @@ from scheduler import (
     JobConfig,
     JobListener,
     JobRun,
+    JobTimeout,
     JobType,
     PoolShutDown,
     Scheduler,
@@ -271,3 +277,109 @@ def test_a_stopped_loop_refuses_coroutines() -> None:
     with pytest.raises(PoolShutDown):
         loop.run(coro)
     assert inspect.getcoroutinestate(coro) == "CORO_CLOSED", "the refused coroutine was left open"
+
+
+# -- timeouts -------------------------------------------------------------------------------------
+def test_a_timed_out_async_item_is_cancelled_and_the_next_fire_runs(
+    harness: Harness, namespace: str, made: list[Scheduler], tmp_path: Path
+) -> None:
+    seen: list[str] = []
+    calls = [0]
+
+    async def job(ctx: ShardingContext) -> None:
+        calls[0] += 1
+        try:
+            await asyncio.sleep(30 if calls[0] == 1 else 0)  # the first run outlasts its timeout
+            seen.append("done")
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        finally:
+            seen.append("finally")
+
+    ends, handled, url = Ends(), Handled(), f"sqlite:///{tmp_path / 'h.db'}"
+    config = JobConfig(name="job", timeout_seconds=0.5)
+    sched = start(
+        harness, made, namespace, config, job, listeners=(ends,), error_handler=handled, history=url
+    )
+    trigger(sched)
+    wait_for(lambda: ends.count() == 1, 20, message="the timed-out run ends")
+    run = ends.runs[0]
+    assert run.finished is not None and 0.5 <= run.finished - run.started < 5, "not cut at its timeout"
+    assert seen == ["cancelled", "finally"]
+    error = run.errors[0]
+    assert isinstance(error, JobTimeout) and "ran past timeout_seconds=0.5" in str(error)
+    assert [exc for _, exc in handled.calls] == [error]
+    assert sched.registry.children(PATHS.running) == [], "the running mark outlived the run"
+    trigger(sched)
+    wait_for(lambda: ends.count() == 2, 20, message="the next run ends")
+    assert ends.runs[1].succeeded and seen[2:] == ["done", "finally"]
+    failed, succeeded = sorted(history_rows(sched, url), key=lambda r: r.start_time)
+    assert not failed.success and (failed.failure_cause or "").startswith(
+        "JobTimeout: job job item 0 ran past"
+    )
+    assert succeeded.success
+
+
+def test_a_timed_out_script_is_ended_with_the_children_it_started(
+    harness: Harness, namespace: str, made: list[Scheduler], tmp_path: Path
+) -> None:
+    """The script dies of SIGTERM; its child ignores SIGTERM and holds the script's output
+    pipe, so only the SIGKILL to the whole group, after the grace, ends it."""
+    script_pid, child_pid = tmp_path / "script.pid", tmp_path / "child.pid"
+    body = f'echo $$ > {script_pid}; (trap "" TERM; exec sleep 60) & echo $! > {child_pid}; wait'
+    config = JobConfig(
+        name="job",
+        job_type=JobType.SCRIPT,
+        script_command_line=f"sh -c {shlex.quote(body)}",
+        timeout_seconds=0.5,
+        error_handler="IGNORE",
+    )
+    ends = Ends()
+    sched = start(harness, made, namespace, config, listeners=(ends,))
+    trigger(sched)
+    pids: list[int] = []
+    try:
+        wait_for(
+            lambda: script_pid.exists() and child_pid.exists() and child_pid.read_text().strip(),
+            20,
+            message="the script and its child started",
+        )
+        pids = [int(script_pid.read_text()), int(child_pid.read_text())]
+        assert ends.count() == 0 and all(alive(pid) for pid in pids), "both run until the timeout"
+        wait_for(lambda: ends.count() == 1, 20, message="the script's run ends")
+        run = ends.runs[0]
+        assert isinstance(run.errors[0], JobTimeout)
+        assert [pid for pid in pids if alive(pid)] == [], "a process of the script's group outlived it"
+        assert run.finished is not None and run.finished - run.started < 10
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_sync_job_is_told_at_its_deadline(harness: Harness, namespace: str, made: list[Scheduler]) -> None:
+    """A sync call cannot be stopped from outside: item 0 looks at ``ctx.cancelled`` and
+    returns, item 1 calls ``raise_if_cancelled``; both fail with JobTimeout."""
+    at_start: dict[int, bool] = {}
+    noticed: list[int] = []
+
+    def job(ctx: ShardingContext) -> None:
+        at_start[ctx.sharding_item] = ctx.cancelled
+        pause = threading.Event()
+        while True:
+            if ctx.sharding_item == 0 and ctx.cancelled:
+                noticed.append(0)
+                return  # returning normally after the deadline is still a timeout
+            ctx.raise_if_cancelled()
+            pause.wait(0.01)  # one step of the job's own work
+
+    ends = Ends()
+    config = JobConfig(name="job", sharding_total_count=2, timeout_seconds=0.5, error_handler="IGNORE")
+    sched = start(harness, made, namespace, config, job, listeners=(ends,))
+    trigger(sched)
+    wait_for(lambda: ends.count() == 1, 20, message="the run ends")
+    run = ends.runs[0]
+    assert at_start == {0: False, 1: False} and noticed == [0]
+    assert set(run.errors) == {0, 1} and all(isinstance(e, JobTimeout) for e in run.errors.values())
+    assert run.finished is not None and 0.5 <= run.finished - run.started < 5
