@@ -2,7 +2,8 @@
 history`` filters them.
 
 Invariant: read-only; it never creates or alters the schema (an empty database reads as
-no rows).
+no rows, a version-1 one as first attempts: it has no ``attempt`` column until a writer
+upgrades it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class Execution:
     success: bool
     outcome: str
     failure_cause: str | None
+    #: 1 for the item's first run in its fire, 2 for its first retry, ...
+    attempt: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +86,16 @@ class HistoryReader:
 
         return sa.inspect(self._engine).has_table("job_execution_log")
 
+    def _execution_columns(self) -> set[str] | None:
+        """The columns ``job_execution_log`` has (an older schema lacks some); None when
+        there is no such table."""
+        import sqlalchemy as sa
+
+        inspector = sa.inspect(self._engine)
+        if not inspector.has_table("job_execution_log"):
+            return None
+        return {c["name"] for c in inspector.get_columns("job_execution_log")}
+
     def executions(
         self,
         job: str | None = None,
@@ -103,9 +116,10 @@ class HistoryReader:
 
         from scheduler.history.schema import executions as t
 
-        if not self._has_tables():
+        present = self._execution_columns()
+        if present is None:
             return []
-        query = sa.select(t)
+        query = sa.select(*(c for c in t.c if c.name in present))
         if job is not None:
             query = query.where(t.c.job_name == job)
         if item is not None:
@@ -147,6 +161,7 @@ class HistoryReader:
                 success=bool(r["is_success"]),
                 outcome=r["outcome"],
                 failure_cause=r["failure_cause"],
+                attempt=r.get("attempt", 1),
             )
             for r in rows
         ]

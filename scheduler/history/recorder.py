@@ -93,6 +93,7 @@ class HistoryRecorder(RunObserver):
                 "is_success": error is None,
                 "outcome": "success" if error is None else "failure",
                 "failure_cause": None if error is None else f"{type(error).__name__}: {error}"[:4000],
+                "attempt": ctx.attempt,
             },
         )
 

@@ -1,19 +1,27 @@
 """The run history's tables (ElasticJob's JOB_EXECUTION_LOG and JOB_STATUS_TRACE_LOG in
 snake_case, plus what shardjob knows of a run) and the one place the schema is created.
 
-Invariant: the schema is versioned in ``shardjob_schema_version``; it is created when
-missing and a database whose version is newer than this code's is refused, never altered.
-Times are seconds since the epoch (UTC) as double precision, so the same queries run on
-SQLite and PostgreSQL.
+Invariants: the schema is versioned in ``shardjob_schema_version`` (one row per version
+installed); it is created when missing, an older one is upgraded step by step (``_UPGRADES``:
+each step idempotent, safe against another process upgrading at the same moment, and
+adding only columns with defaults, so rows written before keep their meaning), and a
+database whose version is newer than this code's is refused, never altered. Times are
+seconds since the epoch (UTC) as double precision, so the same queries run on SQLite and
+PostgreSQL.
+
+Versions: 1 (0.1.0) the two tables; 2 ``job_execution_log.attempt``.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import sqlalchemy as sa
 
 __all__ = ["SCHEMA_VERSION", "SchemaError", "ensure_schema", "executions", "metadata", "status_trace"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = sa.MetaData()
 
@@ -37,6 +45,8 @@ executions = sa.Table(
     sa.Column("is_success", sa.Boolean(), nullable=False),
     sa.Column("outcome", sa.String(16), nullable=False),
     sa.Column("failure_cause", sa.Text(), nullable=True),
+    #: 1 for an item's first run in its fire, 2 for its first retry (version 2)
+    sa.Column("attempt", sa.Integer(), nullable=False, server_default="1"),
     sa.Index("ix_job_execution_log_job_start", "job_name", "start_time"),
     sa.Index("ix_job_execution_log_start", "start_time"),
 )
@@ -74,19 +84,53 @@ class SchemaError(RuntimeError):
 
 
 def ensure_schema(engine: sa.Engine) -> None:
-    """Create the tables when missing (idempotent, safe against a concurrent creator);
-    refuse a newer schema."""
-    import time
-
-    metadata.create_all(engine, checkfirst=True)
-    with engine.begin() as conn:
+    """Create the tables when missing, upgrade an older schema (idempotent, safe against a
+    concurrent creator or upgrader); refuse a newer one."""
+    metadata.create_all(engine, checkfirst=True)  # a new database gets this version at once
+    with engine.connect() as conn:
         found = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
-        if found is None:
-            try:
-                conn.execute(schema_version.insert().values(version=SCHEMA_VERSION, installed=time.time()))
-            except sa.exc.IntegrityError:  # another process stamped it first
-                pass
-        elif found > SCHEMA_VERSION:
-            raise SchemaError(
-                f"history schema version {found} is newer than this shardjob's ({SCHEMA_VERSION}); upgrade shardjob"
-            )
+    if found is None:
+        _stamp(engine, SCHEMA_VERSION)
+        return
+    if found > SCHEMA_VERSION:
+        raise SchemaError(
+            f"history schema version {found} is newer than this shardjob's ({SCHEMA_VERSION}); upgrade shardjob"
+        )
+    for version in range(found + 1, SCHEMA_VERSION + 1):
+        _UPGRADES[version](engine)
+        _stamp(engine, version)
+
+
+def _stamp(engine: sa.Engine, version: int) -> None:
+    try:
+        with engine.begin() as conn:
+            conn.execute(schema_version.insert().values(version=version, installed=time.time()))
+    except sa.exc.IntegrityError:  # another process stamped it first
+        pass
+
+
+def _has_column(engine: sa.Engine, table: str, column: str) -> bool:
+    with engine.connect() as conn:
+        return column in {c["name"] for c in sa.inspect(conn).get_columns(table)}
+
+
+def _add_column(engine: sa.Engine, table: str, column: str, ddl: str) -> None:
+    """``ALTER TABLE table ADD COLUMN column ddl`` unless the column is there; a racing
+    upgrader's addition counts as done (the statement's error is then not ours)."""
+    if _has_column(engine, table, column):
+        return
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}")
+    except sa.exc.DBAPIError:
+        if not _has_column(engine, table, column):
+            raise
+
+
+def _upgrade_to_2(engine: sa.Engine) -> None:
+    """``job_execution_log.attempt``: every row written before was a first attempt."""
+    _add_column(engine, "job_execution_log", "attempt", "INTEGER NOT NULL DEFAULT 1")
+
+
+#: version -> the step from the version before it
+_UPGRADES: dict[int, Callable[[sa.Engine], None]] = {2: _upgrade_to_2}

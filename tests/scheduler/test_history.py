@@ -203,7 +203,7 @@ def test_retention_by_rows_and_by_age(history_url: str) -> None:
                 "job_name": "r", "task_id": "t", "hostname": "h", "ip": "127.0.0.1", "instance_id": "i",
                 "sharding_item": i, "parameter": None, "epoch": 1, "fire_time": start, "execution_source": "NORMAL",
                 "start_time": start, "complete_time": start + 0.1, "is_success": True, "outcome": "success",
-                "failure_cause": None,
+                "failure_cause": None, "attempt": 1,
             }  # fmt: skip
 
         for i in range(5):
@@ -218,6 +218,101 @@ def test_retention_by_rows_and_by_age(history_url: str) -> None:
         assert sorted(r.sharding_item for r in kept) == list(range(115, 125))  # the newest ten
     finally:
         writer.close()
+
+
+def _version_1_schema(url: str) -> None:
+    """A database as shardjob 0.1.0 (history schema 1) left it, with one row."""
+    import sqlalchemy as sa
+
+    from scheduler.history.engine import make_engine
+    from scheduler.history.schema import schema_version, status_trace
+
+    engine = make_engine(url)
+    metadata = sa.MetaData()
+    v1 = sa.Table(
+        "job_execution_log",
+        metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column("job_name", sa.String(255), nullable=False),
+        sa.Column("task_id", sa.String(1024), nullable=False),
+        sa.Column("hostname", sa.String(255), nullable=False),
+        sa.Column("ip", sa.String(64), nullable=False),
+        sa.Column("instance_id", sa.String(255), nullable=False),
+        sa.Column("sharding_item", sa.Integer(), nullable=False),
+        sa.Column("parameter", sa.Text(), nullable=True),
+        sa.Column("epoch", sa.BigInteger(), nullable=False),
+        sa.Column("fire_time", sa.Float(precision=53), nullable=False),
+        sa.Column("execution_source", sa.String(16), nullable=False),
+        sa.Column("start_time", sa.Float(precision=53), nullable=False),
+        sa.Column("complete_time", sa.Float(precision=53), nullable=True),
+        sa.Column("is_success", sa.Boolean(), nullable=False),
+        sa.Column("outcome", sa.String(16), nullable=False),
+        sa.Column("failure_cause", sa.Text(), nullable=True),
+    )
+    status_trace.to_metadata(metadata)
+    schema_version.to_metadata(metadata)
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(metadata.tables["shardjob_schema_version"]).values(version=1, installed=time.time()))
+        old = {
+            "job_name": "old", "task_id": "t", "hostname": "h", "ip": "10.0.0.1", "instance_id": "i",
+            "sharding_item": 0, "parameter": None, "epoch": 1, "fire_time": 1.0, "execution_source": "NORMAL",
+            "start_time": 1.0, "complete_time": 2.0, "is_success": False, "outcome": "failure",
+            "failure_cause": "ValueError: old",
+        }  # fmt: skip
+        conn.execute(sa.insert(v1).values(**old))
+    engine.dispose()
+
+
+def test_a_version_1_database_is_upgraded_in_place(history_url: str) -> None:
+    """Two writers start on a schema-1 database at once: the attempt column is added once,
+    version 2 stamped, the old row reads as a first attempt; a reader reads the schema-1
+    database before the upgrade too (it never alters one)."""
+    import sqlalchemy as sa
+
+    from scheduler.history.engine import make_engine
+    from scheduler.history.schema import SCHEMA_VERSION, ensure_schema
+
+    _version_1_schema(history_url)
+    [before] = rows(history_url, "old")
+    assert (before.attempt, before.failure_cause) == (1, "ValueError: old")
+    engines = [make_engine(history_url) for _ in range(2)]
+    barrier, errors = threading.Barrier(2), []
+
+    def upgrade(engine: sa.Engine) -> None:
+        try:
+            barrier.wait(10)
+            ensure_schema(engine)
+        except BaseException as exc:  # judged below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upgrade, args=(engine,)) for engine in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    ensure_schema(engines[0])  # idempotent once upgraded
+    with engines[0].connect() as conn:
+        versions = conn.execute(sa.text("SELECT version FROM shardjob_schema_version ORDER BY version")).scalars()
+        assert list(versions) == [1, SCHEMA_VERSION] == [1, 2]
+        assert "attempt" in {c["name"] for c in sa.inspect(conn).get_columns("job_execution_log")}
+    for engine in engines:
+        engine.dispose()
+    writer = HistoryWriter(history_url, flush_interval=0.05, max_age=None)  # the rows are from 1970
+    writer.start()
+    try:
+        new = {
+            "job_name": "new", "task_id": "t", "hostname": "h", "ip": "10.0.0.1", "instance_id": "i",
+            "sharding_item": 0, "parameter": None, "epoch": 1, "fire_time": 3.0, "execution_source": "NORMAL",
+            "start_time": 3.0, "complete_time": 4.0, "is_success": True, "outcome": "success",
+            "failure_cause": None, "attempt": 2,
+        }  # fmt: skip
+        writer.put("executions", new)
+        assert writer.flush()
+    finally:
+        writer.close()
+    assert [(r.job_name, r.attempt) for r in rows(history_url)] == [("new", 2), ("old", 1)]
 
 
 def test_history_cli_lists_json_and_table(
