@@ -15,6 +15,7 @@ thread count does not grow with the number of jobs.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import logging
 import threading
@@ -36,7 +37,7 @@ from scheduler.errors import ClockSkewError, JobTimeout, PoolShutDown
 from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
 from scheduler.kinds import ItemRunner, close_item_runner
-from scheduler.timeouts import arm, disarm
+from scheduler.timeouts import Deadline, arm, disarm
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import (
@@ -119,7 +120,7 @@ class _LaunchedRun:
     full collections then pause the burst's tail. So a run is one object with slots, and
     each item's context is made only when the item starts (no closures, no contexts made
     up front). Only a job that asks for them pays for timeouts (a ``Deadline`` and a timer
-    entry per attempt, ``scheduler.timeouts``)."""
+    entry per attempt, ``scheduler.timeouts``) and retries (allocated on a failure)."""
 
     __slots__ = ("_left", "_lock", "_next", "_runner", "mark", "run", "task_id")
 
@@ -198,6 +199,8 @@ class JobRunner:
         self._fire_key = (config.name, "fire")
         self._fire_callback = self._on_timer
         self._parameters: tuple[JobConfig, dict[int, str]] | None = None
+        #: set by stop_firing: retries stop, their backoffs end
+        self._halted = False
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -248,9 +251,12 @@ class JobRunner:
         self._schedule_reconcile()
 
     def stop_firing(self) -> None:
+        self._halted = True
         self._rt.timer.cancel(self._fire_key)
         self._rt.timer.cancel((self.name, "reconcile"))
         self._rt.timer.cancel((self.name, "retry"))
+        if self._config.retries:
+            self._rt.cache.wake()  # a backoff under way looks at the fence again
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
         self._rt.cache.remove_listener(self._on_shutdown_event, under=self.paths.shutdowns)
@@ -709,13 +715,22 @@ class JobRunner:
         error = self.run_attempt(run, ctx)
         if error is None:
             return
+        config = self._config
+        if config.retries:
+            from scheduler.retries import retry_item  # tenacity: loaded by the first retry
+
+            ctx, error = retry_item(
+                self, run, ctx, error, retries=config.retries, backoff=config.retry_backoff_seconds
+            )
+            if error is None:
+                return
         run.errors[ctx.sharding_item] = error
         try:
             self._error_handler(ctx, error)
         except Exception as thrown:  # THROW, or a handler that fails
             log.error("job %s item %d: %s", self.name, ctx.sharding_item, thrown, exc_info=thrown)
 
-    # -- one attempt of an item ------------------------------------------------------------
+    # -- one attempt of an item, and its retries (scheduler.retries) ------------------------
     def run_attempt(self, run: JobRun, ctx: ShardingContext) -> Exception | None:
         """Run one attempt of an item; the error it failed with, or None. An attempt its
         deadline reached fails with ``JobTimeout`` whatever it did afterwards."""
@@ -732,6 +747,23 @@ class JobRunner:
             error = timed_out
         self._rt.observer.item_ended(run, ctx, error)
         return error
+
+    def retry_context(self, ctx: ShardingContext, attempt: int) -> ShardingContext:
+        timeout = self._config.timeout_seconds
+        deadline: Deadline | None = None if timeout is None else arm(self._rt.timer, timeout)
+        return dataclasses.replace(ctx, attempt=attempt, deadline=deadline)
+
+    def owns_item(self, run: JobRun, item: int) -> bool:
+        """The retry fence: this instance may run ``item`` of ``run`` again now."""
+        if self._halted or self._rt.stopping.is_set() or not self._live():
+            return False
+        current = self.sharding.ready()  # None while a resharding is flagged or under way
+        return current is not None and current.epoch == run.epoch and item in self.sharding.local_items(current)
+
+    def retry_backoff(self, run: JobRun, item: int, seconds: float) -> None:
+        """Wait ``seconds`` before a retry; woken by any change of the job's nodes (and
+        by ``stop_firing``) to end early once the fence fell."""
+        self._rt.cache.wait_until(lambda: not self.owns_item(run, item), seconds, under=self.paths.root)
 
     def _complete(self, run: JobRun, mark: RunMark) -> None:
         """Every item ended (worker thread): the mark's removal goes to the group commit;

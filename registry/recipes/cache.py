@@ -150,6 +150,14 @@ class TreeCache:
                 if under is not None:
                     self._leave_wait(under)
 
+    def wake(self) -> None:
+        """Wake every ``wait_until`` to evaluate its predicate again: for a predicate that
+        also reads a flag outside the cache, after that flag changed."""
+        with self._changed:
+            self._changed.notify_all()
+            for condition, _ in self._path_waits.values():
+                condition.notify_all()
+
     def _enter_wait(self, under: str) -> threading.Condition:
         condition, waiters = self._path_waits.get(under) or (threading.Condition(self._lock), 0)
         self._path_waits[under] = (condition, waiters + 1)

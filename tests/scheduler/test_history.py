@@ -315,6 +315,31 @@ def test_a_version_1_database_is_upgraded_in_place(history_url: str) -> None:
     assert [(r.job_name, r.attempt) for r in rows(history_url)] == [("new", 2), ("old", 1)]
 
 
+def test_retried_attempts_are_rows_of_their_own(
+    history_url: str, schedulers: list[Scheduler]
+) -> None:
+    from tests.harnesses.memory import MemoryHarness
+
+    def job(ctx: ShardingContext) -> None:
+        if ctx.attempt < 3:
+            raise ValueError(f"attempt {ctx.attempt} fails")
+
+    sched = Scheduler(MemoryHarness().url("/retries"), history=history_url, max_workers=2)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="r", sharding_total_count=2, retries=4, retry_backoff_seconds=0.01), job)
+    sched.start()
+    wait_for(lambda: sched.runner("r").sharding.registered, 20, message="registered")
+    sched.trigger("r")
+    wait_for(
+        lambda: sched.history.flush() and len(rows(history_url, "r")) == 6,  # type: ignore[union-attr]
+        20,
+        message=lambda: f"rows: {rows(history_url, 'r')}",
+    )
+    recorded = sorted((r.sharding_item, r.attempt, r.success) for r in rows(history_url, "r"))
+    assert recorded == [(item, n, n == 3) for item in (0, 1) for n in (1, 2, 3)]
+    assert rows(history_url, "r", failed=True)[0].failure_cause == "ValueError: attempt 2 fails"
+
+
 def test_history_cli_lists_json_and_table(
     history_url: str, capsys: pytest.CaptureFixture[str], schedulers: list[Scheduler]
 ) -> None:

@@ -1,7 +1,7 @@
 """What the run path does to one item, end to end on memory, ZooKeeper and etcd:
 ``fire_datetime``, ``async def`` jobs (one loop per scheduler, items overlapping on it),
 per-attempt timeouts (an async task cancelled, a script's process group killed, a sync job
-told).
+told) and retries under the fence (stopped by a resharding or a shutdown).
 
 Each test is judged by what its feature changes, so that it fails without it; every "did
 not happen" is judged after an event that proves it had the time to happen.
@@ -39,6 +39,7 @@ from scheduler.cron import parse_time_zone
 from scheduler.handlers import ErrorHandler
 from scheduler.history import HistoryReader
 from scheduler.kinds import make_item_runner
+from scheduler.observe import enable_metrics
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
@@ -383,3 +384,103 @@ def test_a_sync_job_is_told_at_its_deadline(harness: Harness, namespace: str, ma
     assert at_start == {0: False, 1: False} and noticed == [0]
     assert set(run.errors) == {0, 1} and all(isinstance(e, JobTimeout) for e in run.errors.values())
     assert run.finished is not None and 0.5 <= run.finished - run.started < 5
+
+
+# -- retries --------------------------------------------------------------------------------------------
+def test_a_failing_item_is_retried_and_each_attempt_recorded(
+    harness: Harness, namespace: str, made: list[Scheduler], tmp_path: Path
+) -> None:
+    """``job`` fails twice then succeeds: three attempts, no error handler call. ``doomed``
+    always fails: three attempts, the handler sees the last failure only."""
+    attempts: dict[str, list[int]] = {"job": [], "doomed": []}
+
+    def job(ctx: ShardingContext) -> None:
+        attempts[ctx.job_name].append(ctx.attempt)
+        if ctx.job_name == "doomed" or ctx.attempt < 3:
+            raise ValueError(f"attempt {ctx.attempt} fails")
+
+    ends, handled, url = Ends(), Handled(), f"sqlite:///{tmp_path / 'h.db'}"
+    config = JobConfig(name="job", retries=2, retry_backoff_seconds=0.05)
+    sched = start(
+        harness, made, namespace, config, job, listeners=(ends,), error_handler=handled, history=url
+    )
+    metrics = enable_metrics(sched)
+    sched.add_job(config.with_changes(name="doomed"), job, listeners=[ends], error_handler=handled)
+    trigger(sched, "job")
+    trigger(sched, "doomed")
+    wait_for(lambda: ends.count() == 2, 20, message="both runs end")
+    assert attempts == {"job": [1, 2, 3], "doomed": [1, 2, 3]}
+    runs = {run.job_name: run for run in ends.runs}
+    assert runs["job"].succeeded
+    [(ctx, error)] = handled.calls
+    assert (ctx.job_name, ctx.attempt, str(error)) == ("doomed", 3, "attempt 3 fails")
+    assert runs["doomed"].errors == {0: error}
+    rows = sorted(history_rows(sched, url), key=lambda r: r.attempt)
+    assert [(r.attempt, r.success, r.failure_cause) for r in rows] == [
+        (1, False, "ValueError: attempt 1 fails"),
+        (2, False, "ValueError: attempt 2 fails"),
+        (3, True, None),
+    ]
+    assert len({(r.fire_time, r.task_id, r.epoch) for r in rows}) == 1, "the attempts are one fire's"
+    for job_name in ("job", "doomed"):
+        labels = {"job": job_name, "instance": sched.instance_id}
+        assert metrics.registry.get_sample_value("shardjob_item_retries_total", labels) == 2
+
+
+@pytest.mark.parametrize("monitor", [True, False], ids=["monitor", "no-monitor"])
+def test_a_retry_stops_once_the_item_moves_to_another_instance(
+    harness: Harness, namespace: str, made: list[Scheduler], monitor: bool
+) -> None:
+    """A's first attempt fails; during its backoff (10 s and more) B joins and the item
+    moves to B (flagged, or at once without monitor_execution): A's backoff ends early,
+    it makes no second attempt, and its error handler sees the failure once."""
+    failed_at: list[float] = []
+    attempts: list[tuple[str, int]] = []
+
+    def on_a(ctx: ShardingContext) -> None:
+        attempts.append((A, ctx.attempt))
+        failed_at.append(time.monotonic())
+        raise ValueError("fails on A")
+
+    def on_b(ctx: ShardingContext) -> None:
+        attempts.append((B, ctx.attempt))
+
+    config = JobConfig(
+        name="job", retries=5, retry_backoff_seconds=10, monitor_execution=monitor, sharding_total_count=1
+    )
+    ends, handled = Ends(), Handled()
+    a = start(harness, made, namespace, config, on_a, instance_id=A, listeners=(ends,), error_handler=handled)
+    trigger(a)
+    wait_for(lambda: failed_at, 20, message="A's first attempt fails")
+    b = start(harness, made, namespace, config, on_b, instance_id=B)
+    wait_for(lambda: ends.count() == 1, 20, message="A's run ends")
+    assert time.monotonic() - failed_at[0] < 10, "A waited out its backoff instead of seeing the item go"
+    assert attempts == [(A, 1)] and len(handled.calls) == 1
+    wait_for(lambda: b.runner("job").sharding.ready() is not None, 20, message="B sees an assignment")
+
+    def owner() -> list[str]:
+        ready = a.runner("job").sharding.ready()
+        return [] if ready is None else [who for who, items in ready.assignment.items.items() if 0 in items]
+
+    wait_for(lambda: owner() == [B], 20, message="item 0 moves to B")
+    trigger(b)
+    wait_for(lambda: (B, 1) in attempts, 20, message="B runs item 0")
+    assert attempts == [(A, 1), (B, 1)]
+
+
+def test_shutdown_ends_a_retry_backoff(harness: Harness, namespace: str, made: list[Scheduler]) -> None:
+    attempts: list[int] = []
+
+    def job(ctx: ShardingContext) -> None:
+        attempts.append(ctx.attempt)
+        raise ValueError("always fails")
+
+    handled = Handled()
+    config = JobConfig(name="job", retries=3, retry_backoff_seconds=30)
+    sched = start(harness, made, namespace, config, job, error_handler=handled)
+    trigger(sched)
+    wait_for(lambda: attempts, 20, message="the first attempt fails")
+    began = time.monotonic()
+    sched.shutdown(wait=True)
+    assert time.monotonic() - began < 10, "shutdown waited for a 30 s backoff"
+    assert attempts == [1] and len(handled.calls) == 1
