@@ -35,6 +35,8 @@ class JobRun:
     started: float = 0.0
     finished: float | None = None
     errors: dict[int, BaseException] = field(default_factory=dict)
+    #: seconds after ``fire_time`` the run was due: the jitter chosen (``jitter_seconds``)
+    delay: float = 0.0
 
     @property
     def succeeded(self) -> bool:

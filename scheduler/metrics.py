@@ -144,7 +144,7 @@ class MetricsObserver(RunObserver):
         )
         self.lateness = _Histograms(
             "shardjob_fire_lateness_seconds",
-            "Seconds from a scheduled fire time to its run's start (NORMAL runs), any job",
+            "Seconds from a scheduled fire time (plus the jitter chosen for it) to its run's start (NORMAL runs), any job",
             ["instance"],
             _LATENESS_BUCKETS,
             lock,
@@ -203,7 +203,8 @@ class MetricsObserver(RunObserver):
     def run_started(self, run: JobRun, source: str, task_id: str) -> None:
         self.runs.inc(run.job_name, self._instance, source)
         if source == NORMAL:
-            self.lateness.observe(max(0.0, run.started - run.fire_time), self._instance)
+            # from the jittered due time: the jitter chosen is not lateness
+            self.lateness.observe(max(0.0, run.started - run.fire_time - run.delay), self._instance)
 
     def resharded(self, job: str, epoch: int, seconds: float) -> None:
         self.reshardings.inc(job, self._instance)

@@ -18,6 +18,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -199,6 +200,10 @@ class JobRunner:
         self._fire_key = (config.name, "fire")
         self._fire_callback = self._on_timer
         self._parameters: tuple[JobConfig, dict[int, str]] | None = None
+        #: the jitter chosen for the fire holding the run slot (lateness leaves it out)
+        self._delay = 0.0
+        #: timer keys of jittered fires not yet started
+        self._jittered: set[tuple[str, str, float]] = set()
         #: set by stop_firing: retries stop, their backoffs end
         self._halted = False
 
@@ -255,6 +260,10 @@ class JobRunner:
         self._rt.timer.cancel(self._fire_key)
         self._rt.timer.cancel((self.name, "reconcile"))
         self._rt.timer.cancel((self.name, "retry"))
+        with self._lock:
+            jittered, self._jittered = self._jittered, set()
+        for key in jittered:
+            self._rt.timer.cancel(key)
         if self._config.retries:
             self._rt.cache.wake()  # a backoff under way looks at the fence again
         self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
@@ -366,7 +375,26 @@ class JobRunner:
                 due = schedule.next_fire(now)
             if due is not None:
                 self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
-        self.fire(scheduled)
+        jitter = self._config.jitter_seconds
+        if jitter > 0:
+            self._jitter(scheduled, random.uniform(0.0, jitter))
+        else:
+            self.fire(scheduled)
+
+    def _jitter(self, scheduled: float, delay: float) -> None:
+        """Start the fire of ``scheduled`` ``delay`` seconds after it (``jitter_seconds``:
+        jobs on one cron spread their starts); the fire time stays ``scheduled``."""
+        key = (self.name, "jitter", scheduled)
+        with self._lock:
+            self._jittered.add(key)
+        self._rt.timer.schedule(key, scheduled + delay, functools.partial(self._fire_jittered, key, delay))
+
+    def _fire_jittered(self, key: tuple[str, str, float], delay: float, _due: float) -> None:
+        with self._lock:
+            if key not in self._jittered:
+                return  # stop_firing came first
+            self._jittered.discard(key)
+        self.fire(key[2], delay=delay)
 
     def _schedule_reconcile(self) -> None:
         minutes = self._config.reconcile_interval_minutes
@@ -472,9 +500,10 @@ class JobRunner:
             log.warning("job %s: could not delete the shutdown request", self.name, exc_info=True)
 
     # -- runs ---------------------------------------------------------------------------
-    def fire(self, fire_time: float, source: str = NORMAL) -> None:
+    def fire(self, fire_time: float, source: str = NORMAL, *, delay: float = 0.0) -> None:
         """Run this instance's items for ``fire_time`` (coordinator thread). The fenced
-        mark goes to the scheduler's group commit; the items start once it is applied."""
+        mark goes to the scheduler's group commit; the items start once it is applied.
+        ``delay``: the jitter this fire waited for after ``fire_time``."""
         if self._rt.stopping.is_set():
             return
         self._rt.observer.fire_due(self.name, fire_time, source)
@@ -483,6 +512,7 @@ class JobRunner:
                 self._owe(fire_time, session_down=not self._running)
                 return
             self._running = True
+            self._delay = delay
         self._plan_run(fire_time, 0, source)
 
     def _plan_run(self, fire_time: float, attempt: int, source: str = NORMAL) -> None:
@@ -660,6 +690,7 @@ class JobRunner:
             items=mark.items,
             failover=source == FAILOVER,
             started=time.time(),
+            delay=self._delay if source == NORMAL else 0.0,
         )
         launched = _LaunchedRun(self, run, mark, self._task_id(run))
         self._rt.observer.run_started(run, source, launched.task_id)

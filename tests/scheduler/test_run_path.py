@@ -1,7 +1,7 @@
 """What the run path does to one item, end to end on memory, ZooKeeper and etcd:
 ``fire_datetime``, ``async def`` jobs (one loop per scheduler, items overlapping on it),
 per-attempt timeouts (an async task cancelled, a script's process group killed, a sync job
-told) and retries under the fence (stopped by a resharding or a shutdown).
+told), retries under the fence (stopped by a resharding or a shutdown) and fire jitter.
 
 Each test is judged by what its feature changes, so that it fails without it; every "did
 not happen" is judged after an event that proves it had the time to happen.
@@ -484,3 +484,41 @@ def test_shutdown_ends_a_retry_backoff(harness: Harness, namespace: str, made: l
     sched.shutdown(wait=True)
     assert time.monotonic() - began < 10, "shutdown waited for a 30 s backoff"
     assert attempts == [1] and len(handled.calls) == 1
+
+
+# -- jitter ------------------------------------------------------------------------------------------
+def test_jitter_spreads_fire_starts_and_keeps_the_scheduled_fire_time(
+    harness: Harness, namespace: str, made: list[Scheduler]
+) -> None:
+    """Eight every-second jobs with ``jitter_seconds=0.8``: each fire starts 0-0.8 s after
+    its scheduled time, spread over that range; the context still says the scheduled
+    time; the lateness metric leaves the jitter out."""
+    jitter, jobs = 0.8, 8
+    starts: list[tuple[float, float]] = []  # (ctx.fire_time, when the item started)
+    lock = threading.Lock()
+
+    def job(ctx: ShardingContext) -> None:
+        with lock:
+            starts.append((ctx.fire_time, time.time()))
+
+    ends = Ends()
+    config = JobConfig(name="job0", cron=EVERY_SECOND, jitter_seconds=jitter)
+    sched = start(harness, made, namespace, config, job, listeners=(ends,))
+    metrics = enable_metrics(sched)
+    for n in range(1, jobs):
+        sched.add_job(config.with_changes(name=f"job{n}"), job, listeners=[ends])
+    wait_for(lambda: ends.count() >= 3 * jobs, 30, message="three fires per job")
+    with lock:
+        sample = list(starts)
+    assert all(fire == int(fire) for fire, _ in sample), "a fire time is not the scheduled whole second"
+    delays = [began - fire for fire, began in sample]
+    assert all(0 <= d < jitter + 0.5 for d in delays), delays
+    assert min(delays) < 0.3 and max(delays) > 0.5, f"starts not spread over [0, {jitter}): {delays}"
+    with ends.lock:
+        runs = list(ends.runs)
+    assert all(0 <= run.delay < jitter for run in runs)
+    assert len({run.delay for run in runs}) > len(runs) // 2, "one delay shared by every fire"
+    labels = {"instance": sched.instance_id}
+    count = metrics.registry.get_sample_value("shardjob_fire_lateness_seconds_count", labels) or 0
+    total = metrics.registry.get_sample_value("shardjob_fire_lateness_seconds_sum", labels) or 0
+    assert count > 0 and total / count < 0.2, f"mean lateness {total / max(count, 1):.3f}s counts the jitter"
