@@ -211,8 +211,15 @@ class HttpItemRunner:
         if props.content_type:
             headers["Content-Type"] = props.content_type
         body = props.data.encode("utf-8") if props.data is not None else None
+        # a job's timeout_seconds caps the request: a sync call cannot be cancelled, but
+        # its own timeouts can end it at the attempt's deadline
+        deadline = ctx.deadline
+        timeout = client.timeout
+        if deadline is not None:
+            left = max(deadline.remaining(), 0.001)
+            timeout = httpx.Timeout(min(props.read_timeout, left), connect=min(props.connect_timeout, left))
         try:
-            with client.stream(props.method, props.uri, content=body, headers=headers) as response:
+            with client.stream(props.method, props.uri, content=body, headers=headers, timeout=timeout) as response:
                 status = response.status_code
                 read = bytearray()
                 for chunk in response.iter_bytes():

@@ -24,7 +24,16 @@ from typing import Any
 
 import pytest
 
-from scheduler import HttpJobFailed, JobConfig, JobListener, JobRun, JobType, Scheduler, ShardingContext
+from scheduler import (
+    HttpJobFailed,
+    JobConfig,
+    JobListener,
+    JobRun,
+    JobTimeout,
+    JobType,
+    Scheduler,
+    ShardingContext,
+)
 from scheduler.http_job import HttpItemRunner, HttpUnavailable, check_http_props
 from tests.harness import Harness
 from tests.scenarios.workers import EVERY_SECOND, REPO_ROOT, Worker
@@ -315,6 +324,19 @@ def test_no_answer_within_the_read_timeout_fails_naming_url_and_timeout(
     assert str(error) == f"GET {url}: no response within 300 ms (http.read.timeout.milliseconds)"
     assert run.finished is not None and run.finished - run.started < 4.0, "the 300 ms read timeout was not applied"
     assert [r.path for r in endpoint.seen()] == ["/slow"]
+
+
+def test_the_jobs_timeout_ends_a_request_still_waiting(
+    harness: Harness, namespace: str, made: list[Scheduler], endpoint: Endpoint
+) -> None:
+    """timeout_seconds 0.3 with the default 5 s read timeout: the request is given up at the
+    attempt's deadline and the item fails with JobTimeout."""
+    runs = Runs()
+    config = http_config(endpoint.url("/slow"), props={"http.method": "GET"}, timeout_seconds=0.3)
+    sched = start(harness, namespace, made, config, runs)
+    run = run_once(sched, runs)
+    assert isinstance(run.errors.get(0), JobTimeout), run.errors
+    assert run.finished is not None and run.finished - run.started < 3.0, "the request outlived the job's timeout"
 
 
 def test_a_refused_connection_fails_naming_the_url(harness: Harness, namespace: str, made: list[Scheduler]) -> None:
