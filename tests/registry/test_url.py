@@ -6,7 +6,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import registry
@@ -262,6 +262,8 @@ def _host_text(host: str, port: int) -> str:
     connect_timeout=_SECONDS,
     credentials=st.none() | st.tuples(_CREDENTIAL, _CREDENTIAL),
 )
+# the password's text inside a namespace that repr escapes
+@example("zk", [("::", 1)], "/\U0002fa1e/1111", 1.0, 1.0, ("0", "1111"))
 def test_valid_urls_round_trip(
     scheme: str,
     hosts: list[tuple[str, int]],
@@ -288,7 +290,11 @@ def test_valid_urls_round_trip(
         assert (parsed.user, parsed.password) == credentials
         if len(credentials[1]) >= 4:
             for text in (repr(parsed), str(parsed)):
-                assert credentials[1] not in text.replace(namespace, "").replace(credentials[0], "")
+                # what the URL shows on purpose, as written or as repr escapes it
+                # ('\U0002fa1e'), may hold the password's characters by chance
+                for shown in (repr(namespace), namespace, repr(credentials[0]), credentials[0]):
+                    text = text.replace(shown, "")
+                assert credentials[1] not in text
 
 
 @given(store=st.from_regex(r"[A-Za-z0-9_.\-]{0,12}", fullmatch=True), namespace=_NAMESPACE)
