@@ -29,6 +29,7 @@ from registry.protocol import Create, Delete, Node, Op, Set
 __all__ = [
     "ETCD_MAX_TXN_OPS",
     "Plan",
+    "TxnPlan",
     "analyse_failure",
     "creates_parents",
     "delete_ops",
@@ -120,9 +121,9 @@ class Plan:
         """The request; without the optional guards if they do not fit (the caller must
         then have read the parents: see ``guards_fit``)."""
         compares = self.compares + self.optional if self.guards_fit() else self.compares
-        _check_size("compares", compares)
-        _check_size("operations", self.success)
-        _check_size("reads", self.reads)
+        _check_size("compares", len(compares))
+        _check_size("operations", len(self.success))
+        _check_size("reads", len(self.reads))
         return etcdrpc.TxnRequest(
             compare=compares,
             success=self.success,
@@ -161,7 +162,68 @@ def plan_create(path: str, value: bytes, lease: int, missing: set[str]) -> Plan:
     return plan
 
 
-def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str], display: Callable[[str], str]) -> Plan:
+#: a compare of ``plan_transaction``: (key, target, result, version or mod revision)
+_Cmp = tuple[bytes, int, int, int]
+#: an op of ``plan_transaction``: (key, value, lease, keep the lease) puts, (key, None, 0,
+#: False) deletes the key and everything below it
+_Put = tuple[bytes, bytes | None, int, bool]
+
+_VERSION = etcdrpc.Compare.VERSION
+_MOD = etcdrpc.Compare.MOD
+
+
+@dataclass
+class TxnPlan:
+    """``plan_transaction``'s request, kept as plain tuples and built into one
+    ``TxnRequest`` in place by ``request()``: protobuf messages made one by one and then
+    copied into the request cost twice as much, and every fire's mark passes here."""
+
+    compares: list[_Cmp]
+    success: list[_Put]
+    reads: list[str]
+    optional: list[_Cmp] = field(default_factory=list)  # as ``Plan.optional``
+
+    def guards_fit(self) -> bool:
+        return len(self.compares) + len(self.optional) <= ETCD_MAX_TXN_OPS
+
+    def request(self) -> Any:
+        """As ``Plan.request``."""
+        compares = self.compares + self.optional if self.guards_fit() else self.compares
+        _check_size("compares", len(compares))
+        _check_size("operations", sum(1 if value is not None else 2 for _, value, _, _ in self.success))
+        _check_size("reads", len(self.reads))
+        request = etcdrpc.TxnRequest()
+        add_compare = request.compare.add
+        for key, target, result, number in compares:
+            if target == _VERSION:
+                add_compare(key=key, target=target, result=result, version=number)
+            else:
+                add_compare(key=key, target=target, result=result, mod_revision=number)
+        add_op = request.success.add
+        for key, value, lease, keep in self.success:
+            if value is None:
+                add_op().request_delete_range.key = key
+                below = key + b"/"
+                removal = add_op().request_delete_range
+                removal.key = below
+                removal.range_end = prefix_range_end(below)
+                continue
+            put = add_op().request_put
+            put.key = key
+            put.value = value
+            if lease:
+                put.lease = lease
+            if keep:
+                put.ignore_lease = True
+        add_read = request.failure.add
+        for path in self.reads:
+            add_read().request_range.key = enc(path)
+        return request
+
+
+def plan_transaction(
+    ops: Sequence[Op], lease: int, missing: set[str], display: Callable[[str], str]
+) -> TxnPlan:
     """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents.
 
     etcd bounds the compares of a request to 128, nested transactions included, and a
@@ -173,28 +235,39 @@ def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str], display: 
     the parents itself.
     """
     _refuse_writes_below_deletes(ops, display)
-    plan = Plan(compares=[], success=[], reads=[], guarded=[])
-    targets: dict[str, Op] = {}
+    plan = TxnPlan(compares=[], success=[], reads=[])
+    compares, success = plan.compares, plan.success
+    targets: dict[str, None] = {}
+    created: list[str] = []
     for op in ops:
-        targets.setdefault(op.path, op)
+        path = op.path
+        targets[path] = None
+        key = enc(path)
         if isinstance(op, Create):
-            plan.compares.append(version_cmp(op.path, _EQ, 0))
-            plan.success.append(put_op(enc(op.path), op.value, lease=lease if op.ephemeral else 0))
+            compares.append((key, _VERSION, _EQ, 0))
+            success.append((key, op.value, lease if op.ephemeral else 0, False))
+            created.append(path)
         elif op.version is not None:
-            plan.compares.append(mod_cmp(op.path, op.version))
+            compares.append((key, _MOD, _EQ, op.version))
         else:
-            plan.compares.append(version_cmp(op.path, _GT, 0))
+            compares.append((key, _VERSION, _GT, 0))
         if isinstance(op, Set):
-            plan.success.append(put_op(enc(op.path), op.value, keep_lease=True))
+            success.append((key, op.value, 0, True))
         elif isinstance(op, Delete):
-            plan.success.extend(delete_ops(op.path))
+            success.append((key, None, 0, False))
     plan.reads = list(targets)
-    parents: dict[str, None] = {}
-    for op in ops:
-        if isinstance(op, Create):
-            # a parent that another op creates, sets or checks needs no guard of its own
-            parents.update((p, None) for p in ancestors(op.path) if p not in targets)
-    _guard_parents(list(parents), missing, plan)
+    # a parent that another op creates, sets or checks needs no guard of its own
+    parents = {p: None for path in created for p in ancestors(path) if p not in targets}
+    # as ``_guard_parents``: a missing parent is put, guarded by ``version == 0``; a
+    # present one is guarded by ``version > 0`` unless a present parent lies below it
+    present = [p for p in parents if p not in missing]
+    covered = {a for p in present for a in ancestors(p)} if len(present) > 1 else set()
+    for parent in parents:
+        if parent in missing:
+            compares.append((enc(parent), _VERSION, _EQ, 0))
+            success.append((enc(parent), b"", 0, False))
+        elif parent not in covered:
+            plan.optional.append((enc(parent), _VERSION, _GT, 0))
     return plan
 
 
@@ -207,7 +280,7 @@ def creates_parents(ops: Sequence[Op]) -> list[str]:
     return list(found)
 
 
-def analyse_failure(ops: Sequence[Op], plan: Plan, responses: Iterable[Any]) -> None:
+def analyse_failure(ops: Sequence[Op], plan: Plan | TxnPlan, responses: Iterable[Any]) -> None:
     """Raise ``TxnOpFailed`` for the first op (in caller order) whose compare failed.
 
     Returning means a parent guard failed: the caller re-reads the parents and re-plans.
@@ -221,10 +294,10 @@ def analyse_failure(ops: Sequence[Op], plan: Plan, responses: Iterable[Any]) -> 
     raise_first_failed_op(ops, version_of)
 
 
-def _check_size(name: str, entries: Sequence[Any]) -> None:
-    if len(entries) > ETCD_MAX_TXN_OPS:
+def _check_size(name: str, count: int) -> None:
+    if count > ETCD_MAX_TXN_OPS:
         raise TransactionError(
-            f"transaction needs {len(entries)} etcd {name}; etcd allows at most {ETCD_MAX_TXN_OPS} per list"
+            f"transaction needs {count} etcd {name}; etcd allows at most {ETCD_MAX_TXN_OPS} per list"
         )
 
 

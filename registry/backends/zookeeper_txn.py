@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.exceptions import (
     BadVersionError as KzBadVersion,
@@ -42,12 +41,15 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.serialization import Transaction
+from kazoo.protocol.serialization import CheckVersion, SetData, Transaction
+from kazoo.protocol.serialization import Create as KzCreate
+from kazoo.protocol.serialization import Delete as KzDelete
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from registry.backends.base import OpFailure, TxnOpFailed
 from registry.backends.zookeeper_io import ZkIO
 from registry.errors import RegistryError, TransactionError
-from registry.paths import ancestors, is_below
+from registry.paths import ancestors
 from registry.protocol import Check, Create, Delete, Op, Set
 
 __all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
@@ -58,11 +60,10 @@ _REQUEST_HEADER = 8  # xid and op type, ahead of the multi body
 _ATTEMPTS = 4
 
 
-@dataclass(frozen=True)
-class _Step:
+class _Step(NamedTuple):
     """One request op: which caller op it serves, and whether the plan added it."""
 
-    index: int
+    op_index: int
     path: str
     expansion: bool
     op_type: type
@@ -93,63 +94,67 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     assert last is not None
     step = last.step
     if step.op_type is Create and last.reason == "no_node" and not step.expansion:
-        raise TxnOpFailed(step.index, OpFailure.NO_NODE)
+        raise TxnOpFailed(step.op_index, OpFailure.NO_NODE)
     raise TransactionError(
-        f"transaction op {step.index} kept racing concurrent changes at {client_path(step.path)} "
+        f"transaction op {step.op_index} kept racing concurrent changes at {client_path(step.path)} "
         f"({last.reason}); nothing was applied",
-        index=step.index,
+        index=step.op_index,
     )
 
 
 def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool) -> tuple[Any, list[_Step]]:
-    parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
-    delete_roots = [op.path for op in ops if isinstance(op, Delete)]
+    present: dict[str, bool] = {}
+    subtrees: dict[str, list[str]] = {}
+    if not optimistic:
+        parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
+        delete_roots = [op.path for op in ops if isinstance(op, Delete)]
 
-    def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:
-        pending = [(p, io.client.exists_async(p)) for p in parents]
-        present = {p: io.wait(r, deadline) is not None for p, r in pending}
-        subtrees = {p: io.subtree(p, deadline) for p in delete_roots}
-        return present, subtrees
+        def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:
+            pending = [(p, io.client.exists_async(p)) for p in parents]
+            found = {p: io.wait(r, deadline) is not None for p, r in pending}
+            return found, {p: io.subtree(p, deadline) for p in delete_roots}
 
-    if optimistic:
-        present: dict[str, bool] = dict.fromkeys(parents, True)
-        subtrees: dict[str, list[str]] = {p: [] for p in delete_roots}
-    else:
         present, subtrees = io.read(ops[0].path, read)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
-
-    def exists(path: str) -> bool:
-        return planned.get(path, present.get(path, False))
-
-    request = io.client.transaction()
+    # kazoo's request ops are built directly rather than through TransactionRequest's
+    # methods, which check every argument and log every op: a fire's mark is a few ops of
+    # a shared transaction, and those checks were most of what planning one cost. Paths
+    # are the server's own (this backend uses no kazoo chroot); a created node gets the
+    # client's default ACL, as TransactionRequest.create would give it.
+    acl = io.client.default_acl or OPEN_ACL_UNSAFE
+    out: list[Any] = []
     steps: list[_Step] = []
     for index, op in enumerate(ops):
         if isinstance(op, Create):
-            for ancestor in ancestors(op.path):
-                if not exists(ancestor):
-                    request.create(ancestor, b"")
-                    steps.append(_Step(index, ancestor, True, Create))
-                    planned[ancestor] = True
-            request.create(op.path, op.value, ephemeral=op.ephemeral)
+            if not optimistic:  # optimistic: every parent is assumed to exist
+                for ancestor in ancestors(op.path):
+                    if not planned.get(ancestor, present.get(ancestor, False)):
+                        out.append(KzCreate(ancestor, b"", acl, 0))
+                        steps.append(_Step(index, ancestor, True, Create))
+                        planned[ancestor] = True
+            out.append(KzCreate(op.path, op.value, acl, 1 if op.ephemeral else 0))
             steps.append(_Step(index, op.path, False, Create))
             planned[op.path] = True
         elif isinstance(op, Set):
-            request.set_data(op.path, op.value, _version(op.version))
+            out.append(SetData(op.path, op.value, _version(op.version)))
             steps.append(_Step(index, op.path, False, Set))
         elif isinstance(op, Check):
-            request.check(op.path, _version(op.version))
+            out.append(CheckVersion(op.path, _version(op.version)))
             steps.append(_Step(index, op.path, False, Check))
         else:
-            below = {p for p in subtrees[op.path] if planned.get(p, True)}
-            below |= {p for p, alive in planned.items() if alive and is_below(p, op.path)}
-            below.discard(op.path)
+            prefix = op.path + "/"
+            below = {p for p in subtrees.get(op.path, ()) if planned.get(p, True)}
+            below.update(p for p, alive in planned.items() if alive and p.startswith(prefix))
+            below.discard(op.path)  # a subtree read holds its root
             for path in sorted(below, key=lambda p: (-p.count("/"), p)):
-                request.delete(path, -1)
+                out.append(KzDelete(path, -1))
                 steps.append(_Step(index, path, True, Delete))
                 planned[path] = False
-            request.delete(op.path, _version(op.version))
+            out.append(KzDelete(op.path, _version(op.version)))
             steps.append(_Step(index, op.path, False, Delete))
             planned[op.path] = False
+    request = io.client.transaction()
+    request.operations = out
     return request, steps
 
 
@@ -162,7 +167,23 @@ def request_size(request: Any) -> int:
     return _REQUEST_HEADER + len(Transaction(request.operations).serialize())
 
 
+def _size_bound(request: Any) -> int:
+    """An upper bound of ``request_size`` without serialising: each op's fixed fields
+    (op header, lengths, version, flags) take under 32 bytes, an ACL under 16 beside its
+    scheme and id; strings are counted in characters times 4 (UTF-8's worst case)."""
+    total = _REQUEST_HEADER + 16  # the multi's closing header
+    for op in request.operations:
+        total += 32 + 4 * len(op.path) + len(getattr(op, "data", None) or b"")
+        for acl in getattr(op, "acl", None) or ():
+            total += 16 + 4 * (len(acl.id.scheme) + len(acl.id.id))
+    return total
+
+
 def _check_size(request: Any, steps: list[_Step]) -> None:
+    # Serialising a request only to measure it would double what kazoo spends on it
+    # (a fire's mark is one of a batch); the exact size is taken only near the limit.
+    if _size_bound(request) <= JUTE_MAX_BUFFER:
+        return
     size = request_size(request)
     if size > JUTE_MAX_BUFFER:
         raise TransactionError(
@@ -181,19 +202,21 @@ def _commit(io: ZkIO, request: Any, steps: list[_Step], deadline: float) -> None
         if isinstance(result, KzNodeExists):
             if step.expansion:
                 raise _Replan(step, "a parent appeared")
-            raise TxnOpFailed(step.index, OpFailure.EXISTS)
+            raise TxnOpFailed(step.op_index, OpFailure.EXISTS)
         if isinstance(result, KzNoNode):
             # A Create fails with NoNode only when a parent the plan counted on vanished.
             if step.expansion or step.op_type is Create:
                 raise _Replan(step, "no_node")
-            raise TxnOpFailed(step.index, OpFailure.NO_NODE)
+            raise TxnOpFailed(step.op_index, OpFailure.NO_NODE)
         if isinstance(result, KzBadVersion):
-            raise TxnOpFailed(step.index, OpFailure.BAD_VERSION)
+            raise TxnOpFailed(step.op_index, OpFailure.BAD_VERSION)
         if isinstance(result, NotEmptyError):
             raise _Replan(step, "a child appeared below a deleted node")
         cause = io.map_error(result, step.path)
         raise TransactionError(
-            f"transaction op {step.index} failed, nothing was applied: {cause}", index=step.index, cause=cause
+            f"transaction op {step.op_index} failed, nothing was applied: {cause}",
+            index=step.op_index,
+            cause=cause,
         )
     if any(isinstance(r, Exception) for r in results):
         raise RegistryError("ZooKeeper refused the transaction without naming an operation")

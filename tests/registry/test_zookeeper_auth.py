@@ -73,6 +73,23 @@ def test_other_identity_cannot_change_our_nodes(clients: dict[str, BaseRegistry]
     assert alice.children("/secret") == ["child"]
 
 
+@pytest.mark.parametrize("who", ["bob", "anonymous"])
+def test_nodes_a_transaction_creates_are_protected_too(clients: dict[str, BaseRegistry], who: str) -> None:
+    """A transaction builds its creates itself (parents included), not through kazoo's
+    create: they must carry the owner's ACL all the same."""
+    alice = clients["alice"]
+    alice.transaction([Create("/made/in/txn", b"x"), Create("/made/ephemeral", b"e", ephemeral=True)])
+    other = clients[who]
+    for path in ("/made", "/made/in", "/made/in/txn", "/made/ephemeral"):
+        with pytest.raises(RegistryError) as put:
+            other.put(path, b"stolen")
+        _assert_clear_refusal(put.value, path)
+    with pytest.raises(TransactionError):
+        other.transaction([Create("/made/in/intruder", b"x")])
+    assert alice.get("/made/in/txn") == b"x"
+    assert other.children("/made/in") == ["txn"]
+
+
 def test_owner_can_still_change_its_nodes(clients: dict[str, BaseRegistry]) -> None:
     alice = clients["alice"]
     alice.put("/secret", b"w")
