@@ -255,6 +255,25 @@ class JobRunner:
         self._schedule_next(time.time())
         self._schedule_reconcile()
 
+    def settle(self) -> None:
+        """As this job's leader and its only instance, make its assignment now, on the
+        caller's thread. ``Scheduler.start()`` calls it on its start-up pool, so N jobs'
+        first reshardings overlap (their transactions share the group commit) instead of
+        waiting for the coordinator's few threads or, worse, for each job's first fire,
+        whose timer drain a resharding would hold up.
+
+        Hazard: a leader waits for the runs of other instances before it reshards
+        (``monitor_execution``), which may take as long as their items run; start-up must
+        not, so with another instance online the resharding is left to the background."""
+        sharding = self.sharding
+        me = self._rt.identity.instance_id
+        if not sharding.is_leader or any(other != me for other in sharding.online_instances()):
+            return
+        try:
+            sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
+        except (RegistryError, ShardingError) as exc:
+            log.info("job %s: first assignment not made at start (%s); the next fire tries again", self.name, exc)
+
     def stop_firing(self) -> None:
         self._halted = True
         self._rt.timer.cancel(self._fire_key)

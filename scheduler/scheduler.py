@@ -313,6 +313,7 @@ class Scheduler:
             self._runners[name] = runner
         try:
             runner.start()
+            runner.settle()
         except (RegistryError, ShardingError, ValueError) as exc:
             with self._lock:
                 self._failed[name] = exc
