@@ -38,6 +38,7 @@ from kazoo.security import make_acl, make_digest_acl
 
 from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
+from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_txn import run_transaction
 from registry.backends.zookeeper_watch import TreeWatcher
 from registry.errors import NoNodeError, RegistryConnectionError, RegistryError
@@ -108,6 +109,7 @@ class ZooKeeperRegistry(BaseRegistry):
             ]
         self._client: Any = KazooClient(
             hosts=self._hosts,
+            handler=PollingHandler(),
             timeout=parsed.session_timeout,
             auth_data=auth_data,
             default_acl=acl,

@@ -121,6 +121,10 @@ class ZkIO:
         self.session_timeout = session_timeout
         self._client_path = client_path
         self.connected = _Flag()
+        #: stored paths known to exist, that a transaction's re-plan need not read again:
+        #: a hint kept by ``zookeeper_txn`` (starting N jobs would otherwise read their
+        #: shared parents once per batch)
+        self.known_parents: set[str] = set()
 
     # -- waiting ------------------------------------------------------------------------
     @staticmethod

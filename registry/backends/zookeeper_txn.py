@@ -58,6 +58,8 @@ __all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
 JUTE_MAX_BUFFER = 0xFFFFF
 _REQUEST_HEADER = 8  # xid and op type, ahead of the multi body
 _ATTEMPTS = 4
+#: parents remembered as existing (``ZkIO.known_parents``), at most; then forgotten at once
+_KNOWN_PARENTS = 100_000
 
 
 class _Step(NamedTuple):
@@ -82,15 +84,19 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
     last: _Replan | None = None
     for attempt in range(_ATTEMPTS):
-        request, steps = _plan(io, ops, optimistic=attempt == 0)
+        # the first re-plan trusts the parents known to exist; a later one reads them all
+        request, steps = _plan(io, ops, optimistic=attempt == 0, trust_known=attempt == 1)
         _check_size(request, steps)
         try:
             io.write(
                 ops[0].path, functools.partial(_commit, io, request, steps), action="apply a transaction on"
             )
-            return
         except _Replan as stale:
             last = stale
+            continue
+        if attempt:  # the hot path's transactions commit at once: nothing to learn there
+            _learn(io.known_parents, ops, steps)
+        return
     assert last is not None
     step = last.step
     if step.op_type is Create and last.reason == "no_node" and not step.expansion:
@@ -102,11 +108,15 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     )
 
 
-def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool) -> tuple[Any, list[_Step]]:
+def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool, trust_known: bool = False) -> tuple[Any, list[_Step]]:
     present: dict[str, bool] = {}
     subtrees: dict[str, list[str]] = {}
     if not optimistic:
         parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
+        if trust_known:
+            known = io.known_parents
+            present = {p: True for p in parents if p in known}
+            parents = [p for p in parents if p not in known]
         delete_roots = [op.path for op in ops if isinstance(op, Delete)]
 
         def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:
@@ -114,7 +124,8 @@ def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool) -> tuple[Any, list[_Step
             found = {p: io.wait(r, deadline) is not None for p, r in pending}
             return found, {p: io.subtree(p, deadline) for p in delete_roots}
 
-        present, subtrees = io.read(ops[0].path, read)
+        found, subtrees = io.read(ops[0].path, read)
+        present.update(found)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
     # kazoo's request ops are built directly rather than through TransactionRequest's
     # methods, which check every argument and log every op: a fire's mark is a few ops of
@@ -165,6 +176,22 @@ def _version(version: int | None) -> int:
 def request_size(request: Any) -> int:
     """Bytes of the multi request as sent (without the 4-byte length prefix)."""
     return _REQUEST_HEADER + len(Transaction(request.operations).serialize())
+
+
+def _learn(known: set[str], ops: list[Op], steps: list[_Step]) -> None:
+    """Note the parents a committed transaction created or relied on, and forget what it
+    deleted. A hint only: nodes others delete stay in it, and a re-plan that trusted a
+    vanished one fails and reads them all (``run_transaction``)."""
+    if len(known) > _KNOWN_PARENTS:
+        known.clear()
+    for op in ops:
+        if isinstance(op, Create):
+            known.update(ancestors(op.path))
+        elif isinstance(op, Delete):
+            known.discard(op.path)
+    for step in steps:
+        if step.expansion and step.op_type is Delete:
+            known.discard(step.path)
 
 
 def _size_bound(request: Any) -> int:

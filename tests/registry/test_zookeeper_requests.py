@@ -1,0 +1,84 @@
+"""How the ZooKeeper backend talks to the server: the parents a transaction's re-plan
+trusts without reading them again, and the one-``poll(2)`` select of kazoo's connection
+thread. Both are shortcuts; these tests pin that they never change an outcome."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import registry
+from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.backends.zookeeper_poll import PollingHandler
+from registry.protocol import Create, Delete
+
+
+@pytest.fixture
+def pair(zk_server: Any) -> Iterator[tuple[ZooKeeperRegistry, ZooKeeperRegistry]]:
+    namespace = "/zkreq" + uuid.uuid4().hex[:10]
+    ours = registry.connect(f"zk://{zk_server.address}{namespace}")
+    other = registry.connect(f"zk://{zk_server.address}{namespace}")
+    assert isinstance(ours, ZooKeeperRegistry) and isinstance(other, ZooKeeperRegistry)
+    try:
+        yield ours, other
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_a_replan_remembers_the_parents_it_made(pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]) -> None:
+    ours, _ = pair
+    ours.transaction([Create("/jobs/a/config", b"1")])  # no parent yet: planned again, reading them
+    namespace = registry.parse_url(ours.url).namespace
+    assert {f"{namespace}/jobs", f"{namespace}/jobs/a"} <= ours._io.known_parents
+
+
+def test_a_remembered_parent_that_vanished_is_created_again(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
+) -> None:
+    ours, other = pair
+    ours.transaction([Create("/jobs/a/config", b"1")])
+    other.delete("/jobs")  # behind our back: our hint still has /jobs and /jobs/a
+    ours.transaction([Create("/jobs/a/servers/h", b"2"), Create("/jobs/b/config", b"3")])
+    assert other.get("/jobs/a/servers/h") == b"2"
+    assert other.get("/jobs/b/config") == b"3"
+    assert other.children("/jobs/a") == ["servers"]  # the deleted config stays deleted
+
+
+def test_a_remembered_parent_deleted_by_our_own_transaction_is_forgotten(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
+) -> None:
+    ours, other = pair
+    ours.transaction([Create("/jobs/a/config", b"1")])
+    ours.transaction([Delete("/jobs/a")])
+    namespace = registry.parse_url(ours.url).namespace
+    assert f"{namespace}/jobs/a" not in ours._io.known_parents
+    ours.transaction([Create("/jobs/a/config", b"again")])
+    assert other.get("/jobs/a/config") == b"again"
+
+
+def test_polling_select_reports_what_is_ready() -> None:
+    handler = PollingHandler()
+    left, right = socket.socketpair()
+    try:
+        assert handler.select([left], [], [], 0.01) == ([], [], [])  # nothing to read: timeout
+        began = time.monotonic()
+        assert handler.select([left], [], [], 0.2) == ([], [], [])
+        assert time.monotonic() - began >= 0.15  # the timeout is seconds, not milliseconds
+        assert handler.select([], [left], [], 1.0) == ([], [left], [])
+        right.sendall(b"x")
+        readable, writable, _ = handler.select([left], [left], [], 1.0)
+        assert left in readable and writable == []  # readable before writable, as kazoo's own
+        right.close()
+        assert handler.select([left], [], [], 1.0)[0] == [left]  # hang-up: readable, the read sees it
+        with pytest.raises(ValueError):
+            handler.select([left], [], [], -1)
+    finally:
+        left.close()
+        if right.fileno() >= 0:
+            right.close()
