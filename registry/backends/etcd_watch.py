@@ -64,9 +64,10 @@ Resync = Callable[[WatchRegistration, Mapping[str, Node], bool], None]  # (regis
 
 _RETRY_MIN = 0.05
 _RETRY_MAX = 1.0
-#: holes per watch: past this, further excluded subtrees are dropped on arrival instead
-#: (each hole adds a watcher; a few hundred jobs' marks stay well within etcd's means)
-_MAX_HOLES = 256
+#: holes per watch: past this, further excluded subtrees are dropped on arrival instead.
+#: Each hole adds a watcher (one key range); a job's running marks are one hole, and each
+#: mark that arrives costs the client more CPU than its watcher costs the server
+_MAX_HOLES = 16_384
 
 
 class _Compacted(Exception):
@@ -117,6 +118,9 @@ class WatchSupervisor:
         self._on_trouble = on_trouble
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._subs: list[_Sub] = []  # touched only on the supervisor thread
+        #: the subs (sentinel included) with a ``retry_at``, in the order they got it: the
+        #: loop looks at these after every response, never at every sub (one per hole)
+        self._retrying: dict[_Sub, None] = {}
         self._stream: WatchStream | None = None
         self._stopped = False
         self._sentinel = _Sub(None, enc(sentinel_key), b"")
@@ -229,7 +233,7 @@ class WatchSupervisor:
         except _Compacted:
             # compacted since our snapshot: the retry re-reads and emits the difference
             sub.needs_snapshot = True
-            sub.retry_at = time.monotonic()
+            self._retry_at(sub, time.monotonic())
         except Exception as exc:
             if isinstance(exc, RegistryConnectionError):
                 self._on_trouble()
@@ -312,6 +316,7 @@ class WatchSupervisor:
             _Sub(sub.registration, key, range_end, group, sub.last_rev, retry_at=now, quiet=True)
             for key, range_end in pieces
         ]
+        self._retrying.update(dict.fromkeys(replacements))
         group.subs[index : index + 1] = replacements
         self._subs.extend(replacements)  # subscribed by _retry_due, right after this response
         log.debug(
@@ -329,20 +334,32 @@ class WatchSupervisor:
         sub.watch_id = None
         sub.generation += 1  # later responses of the dead subscription are dropped
         sub.delay = _RETRY_MIN
-        sub.retry_at = time.monotonic()
+        self._retry_at(sub, time.monotonic())
 
     def _schedule(self, sub: _Sub) -> None:
-        sub.retry_at = time.monotonic() + sub.delay
+        self._retry_at(sub, time.monotonic() + sub.delay)
         sub.delay = min(sub.delay * 2, _RETRY_MAX)
 
+    def _retry_at(self, sub: _Sub, when: float | None) -> None:
+        sub.retry_at = when
+        if when is None:
+            self._retrying.pop(sub, None)
+        else:
+            self._retrying[sub] = None
+
     def _next_retry_in(self) -> float | None:
-        due = [s.retry_at for s in (*self._subs, self._sentinel) if s.retry_at is not None]
+        due = [s.retry_at for s in self._retrying if s.retry_at is not None and not s.cancelled]
         return None if not due else max(0.0, min(due) - time.monotonic())
 
     def _retry_due(self) -> None:
+        if not self._retrying:
+            return
         now = time.monotonic()
-        for sub in (self._sentinel, *self._subs):
-            if sub.retry_at is None or sub.retry_at > now or sub.cancelled or self._stopped:
+        for sub in list(self._retrying):
+            if sub.cancelled or sub.retry_at is None:
+                self._retrying.pop(sub, None)
+                continue
+            if sub.retry_at > now or self._stopped:
                 continue
             try:
                 if sub.needs_snapshot and sub.registration is not None:
@@ -354,20 +371,21 @@ class WatchSupervisor:
                         if other is not sub and other.last_rev < revision:
                             self._restart(other, revision)
                 self._subscribe(sub)
-                sub.retry_at, sub.delay = None, _RETRY_MIN
+                self._retry_at(sub, None)
+                sub.delay = _RETRY_MIN
                 if sub is not self._sentinel and not sub.quiet:
                     log.info("etcd watch on %s resumed from revision %d", sub.key.decode(), sub.last_rev + 1)
                 sub.quiet = False
             except _Compacted:
                 sub.needs_snapshot = True
-                sub.retry_at = time.monotonic()
+                self._retry_at(sub, time.monotonic())
             except Exception as exc:
                 log.debug("re-subscribing etcd watch %r failed: %s", sub.key, exc)
                 if isinstance(exc, RegistryConnectionError):
                     self._on_trouble()
                 self._schedule(sub)
                 if sub is self._sentinel and not isinstance(exc, RegistryConnectionError):
-                    sub.retry_at = None  # refused for good (permissions): the keeper still polls
+                    self._retry_at(sub, None)  # refused for good (permissions): the keeper still polls
 
     # -- subscribing (supervisor thread only) -----------------------------------------------------
     def _current_stream(self) -> WatchStream:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from registry.errors import RegistryError, TransactionError
-from registry.protocol import Check, Op, RegistryCenter
+from registry.protocol import Check, Delete, Op, RegistryCenter
 
 __all__ = ["BatcherClosed", "Commit", "CommitCallback", "TransactionBatcher"]
 
@@ -134,8 +134,14 @@ class TransactionBatcher:
         ``callback(error)`` (on the committer thread, see the module's hazard)."""
         if not ops:
             raise ValueError("a transaction needs at least one op")
-        size = sum(len(getattr(op, "value", b"")) for op in ops)
-        written = frozenset(op.path for op in ops if not isinstance(op, Check))
+        size = 0
+        paths: list[str] = []
+        for op in ops:  # a plain loop: every fire's mark and its removal pass here
+            if not isinstance(op, Check):
+                paths.append(op.path)
+                if not isinstance(op, Delete):
+                    size += len(op.value)
+        written = frozenset(paths)
         with self._wake:
             if self._closed:
                 raise BatcherClosed("the transaction batcher is closed")
