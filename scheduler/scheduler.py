@@ -268,7 +268,8 @@ class Scheduler:
             # threads would only take turns on the GIL), else one per coordinator thread
             in_flight = self._coordinator_threads if Characteristic.NETWORK in reg.characteristics else 1
             timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
-            batcher = TransactionBatcher(reg).start()
+            # a memory registry never waits: one committer, not threads taking turns on the GIL
+            batcher = TransactionBatcher(reg, committers=4 if Characteristic.NETWORK in reg.characteristics else 1).start()
             commit = batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction
             self._runtime = Runtime(
                 reg=reg,
