@@ -575,9 +575,13 @@ class ShardingService:
                 return None if self.is_leader else False
             node = fenced_node
         running: list[str] | None = None  # the marks as last read, when that was just now
+        # the marks are read below and departed ones removed with the new assignment, which
+        # spares the next evaluation its own read; a departure meanwhile sets it again
+        self._marks_unchecked = False
         if settings.monitor_execution:
             waited = self._wait_runs_finished()
             if waited is None:
+                self._marks_unchecked = True
                 return False
             running = waited[0]
             for item, run in waited[1].items():  # kept across attempts of one resharding
@@ -603,6 +607,7 @@ class ShardingService:
             ops.append(Delete(self.paths.necessary, flag.version))
         ops.extend(self._departed_ops(settings, previous, running))
         if not self._transact(ops, fence_ops):
+            self._marks_unchecked = True
             return None if self.is_leader else False
         with self._state_lock:
             self._max_epoch = max(self._max_epoch, new.epoch)
@@ -681,7 +686,10 @@ class ShardingService:
         departed: dict[str, RunTrace | None] = {}
         if running is None:
             running = self.running_instances()
-        for instance in sorted(set(running) - online)[:_MAX_DEPARTED_PER_RESHARD]:
+        stale = sorted(set(running) - online)
+        if len(stale) > _MAX_DEPARTED_PER_RESHARD:
+            self._marks_unchecked = True  # the rest go in the next round
+        for instance in stale[:_MAX_DEPARTED_PER_RESHARD]:
             mark = self._reg.get_node(self.paths.running_of(instance))
             if mark is None:
                 continue

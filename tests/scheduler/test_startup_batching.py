@@ -9,6 +9,7 @@ import pytest
 
 from registry.counting import CountingRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
+from sharding.assignment import Assignment, AssignmentState
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
@@ -55,3 +56,27 @@ def test_many_jobs_start_and_leave_in_shared_transactions(harness: Harness) -> N
         paths = JobPaths(name)
         assert not observer.exists(paths.instance(instance)) and not observer.exists(paths.leader), name
     assert left < BOUND, f"{left} write requests for {JOBS} jobs to leave: {counting.calls}"
+
+
+@pytest.mark.parametrize("harness", ["memory", "zookeeper", "etcd"], indirect=True)
+def test_start_returns_with_every_job_assigned(harness: Harness) -> None:
+    """A process that alone runs its jobs gets their first assignments inside ``start()``
+    (side by side on the start-up threads), not in their first fires afterwards."""
+    namespace = harness.fresh_namespace()
+    observer = harness.connect(namespace)
+    sched = Scheduler(harness.connect(namespace))
+    names = NAMES[:20]
+    for name in names:
+        sched.add_job(JobConfig(name=name, cron="0 0 0 1 1 ?", sharding_total_count=3), _noop)
+    try:
+        sched.start()
+        instance = sched.instance_id
+        for name in names:  # read at once: no wait after start() returned
+            path = JobPaths(name).assignment
+            node = observer.get_node(path)
+            assert node is not None, f"{name}: no assignment when start() returned"
+            assignment = Assignment.decode(path, node.value)
+            assert assignment.state is AssignmentState.READY, name
+            assert assignment.items == {instance: (0, 1, 2)}, (name, assignment.items)
+    finally:
+        sched.shutdown()
