@@ -51,4 +51,21 @@ def make_engine(url: str) -> sa.Engine:
     else:
         # the writer thread and readers share the file; wait for its lock, do not fail
         kwargs["connect_args"] = {"timeout": 10, "check_same_thread": False}
-    return sa.create_engine(full, **kwargs)
+    engine = sa.create_engine(full, **kwargs)
+    if engine.dialect.name == "sqlite":
+        sa.event.listen(engine, "connect", _sqlite_journal)
+    return engine
+
+
+def _sqlite_journal(dbapi_connection: Any, _record: Any) -> None:
+    """Write-ahead log: readers (``shardjob history``) never wait for the writer nor it for
+    them, and a commit appends to the log instead of rewriting pages through a rollback
+    journal. ``synchronous=NORMAL`` syncs at checkpoints, not at every commit: a commit
+    survives the process crashing; a power cut may lose the last ones (the writer's buffer
+    would be lost with the process anyway)."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()

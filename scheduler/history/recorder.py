@@ -24,6 +24,7 @@ _DEFERRED_STATE = {"owed": "OWED", "misfire": "MISFIRE", "skipped": "SKIPPED"}
 class HistoryRecorder(RunObserver):
     def __init__(self, writer: HistoryWriter, identity: InstanceIdentity) -> None:
         self.writer = writer
+        self._put = writer.put_row
         self._instance = identity.instance_id
         self._ip = identity.ip
         self._host = socket.gethostname()
@@ -34,20 +35,10 @@ class HistoryRecorder(RunObserver):
     def _trace(
         self, job: str, task_id: str, source: str, items: str, fire_time: float, state: str, message: str | None
     ) -> None:
-        self.writer.put(
+        # values in COLUMNS["status_trace"] order
+        self._put(
             "status_trace",
-            {
-                "job_name": job,
-                "original_task_id": task_id,
-                "task_id": task_id,
-                "instance_id": self._instance,
-                "execution_type": source,
-                "sharding_item": items,
-                "fire_time": fire_time,
-                "state": state,
-                "message": message,
-                "creation_time": time.time(),
-            },
+            (job, task_id, task_id, self._instance, source, items, fire_time, state, message, time.time()),
         )
 
     def fire_deferred(self, job: str, fire_time: float, what: str) -> None:
@@ -75,27 +66,16 @@ class HistoryRecorder(RunObserver):
         with self._lock:
             start = self._starts.pop((id(run), ctx.sharding_item), end)
             source, _ = self._runs.get(id(run), ("FAILOVER" if run.failover else "NORMAL", ctx.task_id))
-        self.writer.put(
+        failure = None if error is None else f"{type(error).__name__}: {error}"[:4000]
+        # values in COLUMNS["executions"] order
+        self._put(
             "executions",
-            {
-                "job_name": run.job_name,
-                "task_id": ctx.task_id,
-                "hostname": self._host,
-                "ip": self._ip,
-                "instance_id": self._instance,
-                "sharding_item": ctx.sharding_item,
-                "parameter": ctx.sharding_parameter,
-                "epoch": run.epoch,
-                "fire_time": run.fire_time,
-                "execution_source": source,
-                "start_time": start,
-                "complete_time": end,
-                "is_success": error is None,
-                "outcome": "success" if error is None else "failure",
-                "failure_cause": None if error is None else f"{type(error).__name__}: {error}"[:4000],
-                "attempt": ctx.attempt,
-            },
-        )
+            (
+                run.job_name, ctx.task_id, self._host, self._ip, self._instance, ctx.sharding_item,
+                ctx.sharding_parameter, run.epoch, run.fire_time, source, start, end, error is None,
+                "success" if error is None else "failure", failure, ctx.attempt,
+            ),
+        )  # fmt: skip
 
     def run_ended(self, run: JobRun) -> None:
         with self._lock:

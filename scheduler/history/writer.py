@@ -19,9 +19,23 @@ from typing import Any
 
 from scheduler.history.engine import make_engine
 
-__all__ = ["HistoryWriter"]
+__all__ = ["COLUMNS", "HistoryWriter"]
 
 log = logging.getLogger("scheduler.history")
+
+#: each table's columns (the schema's own order, ``id`` aside): the order of a row's values
+#: in ``put_row``, the INSERT's parameters and PostgreSQL's COPY
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "executions": (
+        "job_name", "task_id", "hostname", "ip", "instance_id", "sharding_item", "parameter", "epoch",
+        "fire_time", "execution_source", "start_time", "complete_time", "is_success", "outcome",
+        "failure_cause", "attempt",
+    ),
+    "status_trace": (
+        "job_name", "original_task_id", "task_id", "instance_id", "execution_type", "sharding_item",
+        "fire_time", "state", "message", "creation_time",
+    ),
+}  # fmt: skip
 
 #: seconds between two "rows dropped" warnings while the loss goes on
 _LOSS_LOG_INTERVAL = 10.0
@@ -56,7 +70,7 @@ class HistoryWriter:
             raise ValueError(f"history max_rows must be >= 1 or None, got {max_rows!r}")
         self.url = url
         self._engine = make_engine(url)  # a bad URL or a missing driver fails here
-        self._buffer: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._buffer: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()
         self._buffer_size = buffer_size
         self._batch_size = batch_size
         self._flush_interval = flush_interval
@@ -67,10 +81,10 @@ class HistoryWriter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
         self._schema_ready = False
-        #: table -> (its INSERT, positional parameter order or None), compiled once
-        self._inserts: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+        #: table -> (its INSERT, whether its parameters are named), compiled once
+        self._inserts: dict[str, tuple[str, bool]] = {}
         self._next_retention = 0.0
         self._last_loss_log = 0.0
         self._down_since: float | None = None
@@ -88,13 +102,19 @@ class HistoryWriter:
 
     # -- producers (any thread, never blocks) ------------------------------------------------
     def put(self, table: str, row: dict[str, Any]) -> None:
+        """Queue ``row`` (column name -> value) for ``table``."""
+        self.put_row(table, tuple(row[name] for name in COLUMNS[table]))
+
+    def put_row(self, table: str, values: tuple[Any, ...]) -> None:
+        """Queue a row of ``table`` given as its values in ``COLUMNS[table]`` order: what the
+        recorder does for every run, with no dict to build and take apart again."""
         dropped = False
         with self._lock:
             if len(self._buffer) >= self._buffer_size:
                 self._buffer.popleft()
                 self.dropped += 1
                 dropped = True
-            self._buffer.append((table, row))
+            self._buffer.append((table, values))
         if dropped:
             self._report_loss()
 
@@ -188,7 +208,7 @@ class HistoryWriter:
                 self._pending = [self._buffer.popleft() for _ in range(take)]
         if not self._pending:
             return False
-        by_table: dict[str, list[dict[str, Any]]] = {}
+        by_table: dict[str, list[tuple[Any, ...]]] = {}
         for table, row in self._pending:
             by_table.setdefault(table, []).append(row)
         # Straight to the driver: the rows hold plain str, int, float, bool and None, which
@@ -201,38 +221,39 @@ class HistoryWriter:
                 if copy:
                     self._copy(conn, table, rows)
                     continue
-                sql, keys = self._insert_sql(table)
-                params = [tuple(row[k] for k in keys) for row in rows] if keys else rows
-                conn.exec_driver_sql(sql, params)
+                sql, named = self._insert_sql(table)
+                columns = COLUMNS[table]
+                conn.exec_driver_sql(sql, [dict(zip(columns, row, strict=True)) for row in rows] if named else rows)
         with self._lock:
             self.written += len(self._pending)
             self._pending = []
         return True
 
     @staticmethod
-    def _copy(conn: Any, table: str, rows: list[dict[str, Any]]) -> None:
+    def _copy(conn: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
         """``rows`` into ``table`` by PostgreSQL's COPY, inside ``conn``'s transaction."""
         from scheduler.history.schema import executions, status_trace
 
         target = {"executions": executions, "status_trace": status_trace}[table]
-        columns = [c.name for c in target.columns if c.name != "id"]
-        statement = f"COPY {target.name} ({', '.join(columns)}) FROM STDIN"
+        statement = f"COPY {target.name} ({', '.join(COLUMNS[table])}) FROM STDIN"
         with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
             for row in rows:
-                copy.write_row(tuple(row[name] for name in columns))
+                copy.write_row(row)
 
-    def _insert_sql(self, table: str) -> tuple[str, tuple[str, ...] | None]:
-        """The INSERT of ``table`` in the engine's dialect and, for a positional paramstyle,
-        the order of its parameters (None: named, the rows are passed as they are)."""
+    def _insert_sql(self, table: str) -> tuple[str, bool]:
+        """The INSERT of ``table`` in the engine's dialect, and whether its parameters are
+        named (then each row goes as a dict); positional ones follow ``COLUMNS[table]``."""
         found = self._inserts.get(table)
         if found is None:
             from scheduler.history.schema import executions, status_trace
 
             target = {"executions": executions, "status_trace": status_trace}[table]
-            columns = [c.name for c in target.columns if c.name != "id"]
-            compiled = target.insert().compile(dialect=self._engine.dialect, column_keys=columns)
+            columns = COLUMNS[table]
+            compiled = target.insert().compile(dialect=self._engine.dialect, column_keys=list(columns))
             positions = compiled.positiontup
-            found = self._inserts[table] = (compiled.string, None if positions is None else tuple(positions))
+            if positions is not None and tuple(positions) != columns:
+                raise AssertionError(f"the INSERT of {table} orders its parameters {positions}, not {columns}")
+            found = self._inserts[table] = (compiled.string, positions is None)
         return found
 
     def enforce_retention(self) -> int:

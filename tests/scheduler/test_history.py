@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -190,6 +191,28 @@ def test_database_outage_counts_the_loss_and_rows_resume(
         lambda: any(r.fire_time > back_at for r in rows(pg_url, "o")), 30, message="rows resume after the outage"
     )
     assert writer.errors > 0
+
+
+def test_the_writers_column_order_is_the_schemas() -> None:
+    """The recorder hands rows over as tuples in ``COLUMNS`` order; the INSERT and COPY
+    take them in that order too, so it must be the tables' own."""
+    from scheduler.history.schema import executions, status_trace
+    from scheduler.history.writer import COLUMNS
+
+    for name, table in (("executions", executions), ("status_trace", status_trace)):
+        assert COLUMNS[name] == tuple(c.name for c in table.columns if c.name != "id")
+
+
+def test_an_sqlite_history_keeps_a_write_ahead_log(tmp_path: Path) -> None:
+    from scheduler.history.engine import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    finally:
+        engine.dispose()
 
 
 def test_retention_by_rows_and_by_age(history_url: str) -> None:
