@@ -64,11 +64,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _metrics(self) -> None:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST
 
+        from scheduler.metrics_text import exposition
         from scheduler.observe import enable_metrics
 
-        self._send(200, CONTENT_TYPE_LATEST, generate_latest(enable_metrics(self.server.sched).registry))
+        self._send(200, CONTENT_TYPE_LATEST, exposition(enable_metrics(self.server.sched).registry))
 
     def _healthz(self) -> None:
         from scheduler.observe import HEARTBEAT_STALE, heartbeat_age
