@@ -131,23 +131,24 @@ class Plan:
         )
 
 
-def _guard_parents(parents: Sequence[str], missing: set[str], plan: Plan) -> None:
-    """Pin the parents a write relies on.
-
-    A missing parent is put, guarded by ``version == 0`` (never clobber one that appeared).
-    A present parent is guarded by ``version > 0`` only if no other present parent lies
-    below it: deletes are recursive, so while the deeper one exists so does it.
-    """
+def _parent_guards(parents: Sequence[str], missing: set[str]) -> tuple[list[str], list[str]]:
+    """The parents a write relies on, split by how they are pinned: those to create (put,
+    guarded by ``version == 0``: never clobber one that appeared) and the present ones to
+    guard by ``version > 0`` — only those with no other present parent below them: deletes
+    are recursive, so while the deeper one exists so does it."""
     present = [p for p in parents if p not in missing]
-    covered = {a for p in present for a in ancestors(p)}
-    for parent in parents:
-        if parent in missing:
-            plan.compares.append(version_cmp(parent, _EQ, 0))
-            plan.success.append(put_op(enc(parent), b""))
-            plan.guarded.append(parent)
-        elif parent not in covered:
-            plan.optional.append(version_cmp(parent, _GT, 0))
-            plan.guarded.append(parent)
+    covered = {a for p in present for a in ancestors(p)} if len(present) > 1 else set()
+    return [p for p in parents if p in missing], [p for p in present if p not in covered]
+
+
+def _guard_parents(parents: Sequence[str], missing: set[str], plan: Plan) -> None:
+    """Pin the parents a write relies on (``_parent_guards``)."""
+    create, guard = _parent_guards(parents, missing)
+    for parent in create:
+        plan.compares.append(version_cmp(parent, _EQ, 0))
+        plan.success.append(put_op(enc(parent), b""))
+    plan.optional.extend(version_cmp(parent, _GT, 0) for parent in guard)
+    plan.guarded.extend(create + guard)
 
 
 def plan_create(path: str, value: bytes, lease: int, missing: set[str]) -> Plan:
@@ -258,16 +259,11 @@ def plan_transaction(
     plan.reads = list(targets)
     # a parent that another op creates, sets or checks needs no guard of its own
     parents = {p: None for path in created for p in ancestors(path) if p not in targets}
-    # as ``_guard_parents``: a missing parent is put, guarded by ``version == 0``; a
-    # present one is guarded by ``version > 0`` unless a present parent lies below it
-    present = [p for p in parents if p not in missing]
-    covered = {a for p in present for a in ancestors(p)} if len(present) > 1 else set()
-    for parent in parents:
-        if parent in missing:
-            compares.append((enc(parent), _VERSION, _EQ, 0))
-            success.append((enc(parent), b"", 0, False))
-        elif parent not in covered:
-            plan.optional.append((enc(parent), _VERSION, _GT, 0))
+    create, guard = _parent_guards(list(parents), missing)
+    for parent in create:
+        compares.append((enc(parent), _VERSION, _EQ, 0))
+        success.append((enc(parent), b"", 0, False))
+    plan.optional.extend((enc(parent), _VERSION, _GT, 0) for parent in guard)
     return plan
 
 
