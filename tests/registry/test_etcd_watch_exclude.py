@@ -73,3 +73,27 @@ def test_nothing_is_lost_or_repeated_while_a_range_is_split(etcd_server: Any) ->
     finally:
         writer.close()
         reg.close()
+
+
+def test_hundreds_of_excluded_subtrees_are_all_cut_at_the_server(etcd_server: Any) -> None:
+    """A scheduler's cache excludes every job's running marks: past a few hundred jobs
+    each must still be cut out (a cap of 256 once let the rest stream back)."""
+    namespace = "/excl" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"etcd://{etcd_server.address}{namespace}")
+    writer = registry.connect(f"etcd://{etcd_server.address}{namespace}")
+    jobs = [f"/job-{n:03d}" for n in range(300)]
+    try:
+        assert isinstance(reg, EtcdRegistry)
+        for start in range(0, len(jobs), 40):  # every subtree in the snapshot: cut from the start
+            writer.transaction([Create(f"{job}/running/old", b"0") for job in jobs[start : start + 40]])
+        log = EventLog()
+        reg.watch("/", log, initial=True, exclude=lambda p: p.endswith("/running"))
+        wait_for(lambda: _watchers(reg) == len(jobs) + 1, 30, message="one range between each two holes")
+        before = _received(reg)
+        for start in range(0, len(jobs), 40):
+            writer.transaction([Create(f"{job}/running/new", b"m") for job in jobs[start : start + 40]])
+        wait_marker(reg, log, writer, "/zz-marker")
+        assert _received(reg) - before == 1, "the server still sends excluded subtrees"
+    finally:
+        writer.close()
+        reg.close()
