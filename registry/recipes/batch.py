@@ -34,6 +34,7 @@ and must never wait on the registry or on this batcher; slow work goes to a pool
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -96,6 +97,8 @@ class TransactionBatcher:
         self._pending: collections.deque[_Request] = collections.deque()
         self._wake = threading.Condition()
         self._closed = False
+        self._idle = 0  # committers waiting for a request (guarded by _wake)
+        self._live = 0  # committers started and not yet left (guarded by _wake)
         self._threads: list[threading.Thread] = []
         self._in_flight = 0  # requests taken by a committer and not yet told
         self._stats = threading.Lock()
@@ -110,6 +113,7 @@ class TransactionBatcher:
                 for n in range(self._committers):
                     thread = threading.Thread(target=self._run, name=f"{self._name}-{n}", daemon=True)
                     self._threads.append(thread)
+                    self._live += 1
                     thread.start()
         return self
 
@@ -141,13 +145,29 @@ class TransactionBatcher:
                 paths.append(op.path)
                 if not isinstance(op, Delete):
                     size += len(op.value)
-        written = frozenset(paths)
-        with self._wake:
-            if self._closed:
-                raise BatcherClosed("the transaction batcher is closed")
-            self._pending.append(_Request(ops, callback, size, time.monotonic(), written))
-            if len(self._pending) == 1:
+        if self._closed:
+            raise BatcherClosed("the transaction batcher is closed")
+        request = _Request(ops, callback, size, time.monotonic(), frozenset(paths))
+        # No lock on this path (every fire passes here twice): the append is atomic, and a
+        # committer announces itself in ``_idle`` BEFORE it looks at the queue, so either
+        # it sees this request or this sees it idle and wakes it.
+        self._pending.append(request)
+        if self._idle:
+            with self._wake:
                 self._wake.notify()
+        if self._closed:
+            self._unless_stranded(request)
+
+    def _unless_stranded(self, request: _Request) -> None:
+        """Raise ``BatcherClosed`` for ``request`` if ``close`` raced its append and every
+        committer has already left: none would ever tell it. A committer leaves only once
+        it has found the queue empty under the lock, so one still live will take it."""
+        with self._wake:
+            if self._live or request not in self._pending:
+                self._wake.notify_all()
+                return
+            self._pending.remove(request)
+        raise BatcherClosed("the transaction batcher is closed")
 
     def commit(self, ops: Sequence[Op]) -> None:
         """``submit`` and wait: the caller's own transaction, applied together with what
@@ -181,8 +201,12 @@ class TransactionBatcher:
         while True:
             with self._wake:
                 while not self._pending and not self._closed:
-                    self._wake.wait()
+                    self._idle += 1
+                    if not self._pending:  # checked after announcing: see ``submit``
+                        self._wake.wait()
+                    self._idle -= 1
                 if not self._pending:
+                    self._live -= 1
                     return  # closed, and everything queued is committed
                 deadline = self._pending[0].queued + self.max_delay
                 while not self._closed and not self._full():
@@ -203,7 +227,10 @@ class TransactionBatcher:
 
     def _full(self) -> bool:
         ops = 0
-        for request in self._pending:
+        # copied in one C call (submits append without the lock: iterating the deque
+        # itself could meet an append); a request has at least one op, so the first
+        # max_ops requests tell
+        for request in list(itertools.islice(self._pending, self.max_ops)):
             ops += len(request.ops)
             if ops >= self.max_ops:
                 return True

@@ -4,6 +4,7 @@ while the others in its batch are applied."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 from collections.abc import Sequence
@@ -121,6 +122,24 @@ def test_a_closed_batcher_commits_what_is_queued_and_refuses_more(reg: BaseRegis
     assert outcomes.by_key == {"queued": None} and reg.exists("/queued")
     with pytest.raises(BatcherClosed):
         batcher.submit([Create("/late", b"l")], functools.partial(outcomes.record, "late"))
+
+
+def test_a_submit_racing_close_is_refused_never_stranded(reg: BaseRegistry) -> None:
+    """``submit`` queues without the lock: here ``close`` runs, and every committer leaves,
+    between its check of ``closed`` and its append. Nobody would ever tell that request,
+    so the submit must refuse it rather than return."""
+    batcher = TransactionBatcher(reg).start()
+    outcomes = _Outcomes()
+
+    class _CloseFirst(collections.deque[object]):
+        def append(self, item: object) -> None:
+            batcher.close()  # the committers find the queue empty and leave
+            super().append(item)
+
+    batcher._pending = _CloseFirst()  # type: ignore[assignment]
+    with pytest.raises(BatcherClosed):
+        batcher.submit([Create("/raced", b"r")], functools.partial(outcomes.record, "raced"))
+    assert not batcher._pending and outcomes.by_key == {} and not reg.exists("/raced")
 
 
 def test_commit_waits_for_its_own_outcome_while_others_share_the_transaction(reg: BaseRegistry) -> None:
