@@ -34,7 +34,6 @@ and must never wait on the registry or on this batcher; slow work goes to a pool
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 import time
@@ -226,12 +225,14 @@ class TransactionBatcher:
                         self._wake.notify_all()
 
     def _full(self) -> bool:
+        # By index, not by iterating: submits append without the lock, and an iterator
+        # raises once the deque has grown. Only committers, under the lock, take from the
+        # left, so the first indices stay put; a request has at least one op, so the first
+        # max_ops requests tell.
+        pending = self._pending
         ops = 0
-        # copied in one C call (submits append without the lock: iterating the deque
-        # itself could meet an append); a request has at least one op, so the first
-        # max_ops requests tell
-        for request in list(itertools.islice(self._pending, self.max_ops)):
-            ops += len(request.ops)
+        for index in range(min(len(pending), self.max_ops)):
+            ops += len(pending[index].ops)
             if ops >= self.max_ops:
                 return True
         return False
