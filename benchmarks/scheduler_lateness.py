@@ -30,8 +30,12 @@ APScheduler runs with its defaults (10 worker threads, ``coalesce``, ``max_insta
 except ``misfire_grace_time=None``: with the default 1 s it silently drops a run more than
 1 s late, which would hide the lateness this measures (shardjob runs a late fire once).
 
+With ``--gc-threshold N`` every child, APScheduler's too, runs with the garbage collector's
+first threshold at N, as ``shardjob worker`` runs (``scheduler/gc_tuning.py``); by default
+Python's, as in an application that embeds a ``Scheduler``.
+
 Usage: ``.venv/bin/python -m benchmarks.scheduler_lateness [--quick] [--jobs 1000,10000]
-[--backends memory,zookeeper,etcd]``
+[--backends memory,zookeeper,etcd] [--gc-threshold 20000]``
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from benchmarks.common import (
 from benchmarks.common import summarize as _summarize
 from benchmarks.raw_limit import raw_batched_writes
 from benchmarks.server_counters import read_count
+from scheduler.gc_tuning import WORKER_GC_THRESHOLD, tune_gc
 
 __all__ = ["NAME", "SCHEDULERS", "main", "render", "summary"]
 
@@ -289,7 +294,9 @@ def _child(argv: list[str]) -> int:
     parser.add_argument(
         "--scrape-interval", type=float, default=SCRAPE_INTERVAL, help="with --metrics: s between scrapes (0: none)"
     )
+    parser.add_argument("--gc-threshold", type=int, default=0, help="the collector's first threshold (0: Python's)")
     args = parser.parse_args(argv)
+    tune_gc(args.gc_threshold)  # before anything is built: start-up is measured too
     recorder = _Recorder()
     progress = _Progress(args.progress, recorder, args.jobs)
     progress.start()
@@ -367,6 +374,7 @@ def _child(argv: list[str]) -> int:
         "cpu_s": round(cpu, 2),
         "cpu_share": round(cpu / args.duration, 3),
         "server": server,
+        "gc_threshold": gc.get_threshold()[0],
     }
     progress.phase = "reporting"
     result.update(started_scheduler.report())
@@ -504,6 +512,7 @@ def _run_child(
     metrics: bool = False,
     scrape: float = SCRAPE_INTERVAL,
     tag: str = "",
+    gc_threshold: int = 0,
 ) -> dict[str, Any]:
     """The child's figures; if it runs out of ``bound``, what it had got to by then
     (``completed`` False) rather than an error: that is the figure for this job count."""
@@ -517,6 +526,7 @@ def _run_child(
         "--result", str(result_file), "--progress", str(progress_file),
         "--registry", registry, "--counter", counter, "--history", history,
         *(["--metrics", "--scrape-interval", f"{scrape:g}"] if metrics else []),
+        "--gc-threshold", str(gc_threshold),
     ]  # fmt: skip
     with open(log_file, "wb") as log:
         try:
@@ -565,6 +575,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--backends", default=None, help="comma-separated registries (default memory,zookeeper,etcd; quick memory)"
     )
     parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the garbage collector's first threshold in every child, APScheduler's too (default 0: "
+        f"Python's 700; shardjob worker sets {WORKER_GC_THRESHOLD})",
+    )
     parser.add_argument(
         "--child-timeout",
         type=float,
@@ -626,8 +644,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     if registry:  # a fresh namespace per run: no job of an earlier run is left there
                         registry = f"{registry}-{jobs}-{index}"
                     figures = _run_child(
-                        label, jobs, window, args.warmup, bound, Path(tmp), index, registry=registry, counter=counter
-                    )
+                        label, jobs, window, args.warmup, bound, Path(tmp), index, registry=registry, counter=counter,
+                        gc_threshold=args.gc_threshold,
+                    )  # fmt: skip
                     rounds[label].append(figures)
             results[str(jobs)] = {name: pool_rounds(rounds[name]) for name in labels}
         for backend in args.backends:
@@ -667,6 +686,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "apscheduler_settings": {"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         "anchor_skipped": anchor_skipped,
         "backends": args.backends,
+        "gc_threshold": args.gc_threshold,
         "raw_batched_writes_per_s": limits,
         "results": results,
         "ratios_shardjob_to_apscheduler": {jobs: _ratios(per) for jobs, per in results.items()},
@@ -679,6 +699,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 # -- BENCHMARKS.md ----------------------------------------------------------------------------
+def _collector(document: dict[str, Any]) -> str:
+    threshold = document.get("gc_threshold") or 0
+    if not threshold:
+        return "The garbage collector runs with Python's default thresholds, as in an application that embeds a Scheduler."
+    return (
+        f"Both schedulers run with the garbage collector's first threshold at {threshold:,} "
+        f"(`--gc-threshold`; `shardjob worker` sets {WORKER_GC_THRESHOLD:,}), not Python's 700."
+    )
+
+
 def _markdown_row(jobs: str, figures: dict[str, Any]) -> str:
     if not figures.get("completed", True) or "lateness_ms" not in figures:
         return f"| {jobs} | {figures.get('scheduler')} | did not finish starting | | | | | | | | | |"
@@ -734,7 +764,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
-        "windows, per fire run.",
+        "windows, per fire run. " + _collector(document),
         "",
         "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | p99 per round ms | threads | RSS MiB "
         "| CPU µs / fire | start s | server req/s (per job-fire) |",

@@ -27,6 +27,7 @@ from scheduler.errors import (
     ScriptFailed,
     ShardJobError,
 )
+from scheduler.gc_tuning import tune_gc
 from scheduler.handlers import JobListener, JobRun
 from scheduler.scheduler import Scheduler
 
@@ -57,4 +58,5 @@ __all__ = [
     "ShardJobError",
     "ShardingContext",
     "StaleConfig",
+    "tune_gc",
 ]

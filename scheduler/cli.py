@@ -34,6 +34,7 @@ from scheduler.config_file import ConfigFileError, build_scheduler, load_worker_
 from scheduler.console import ConsoleUnavailable
 from scheduler.context import ShardingContext
 from scheduler.exit_codes import ExitCode
+from scheduler.gc_tuning import WORKER_GC_THRESHOLD, tune_gc
 from scheduler.history.engine import HistoryUnavailable
 from scheduler.http_job import HttpUnavailable
 from scheduler.metrics import MetricsUnavailable
@@ -217,6 +218,7 @@ def parse_props(assignments: Sequence[str]) -> dict[str, str]:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    tune_gc(args.gc_threshold)  # the worker owns its process (scheduler/gc_tuning.py)
     if args.config is not None:
         return _worker_from_file(args)
     if args.registry is None:
@@ -260,7 +262,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 #: ``worker`` options a --config file also sets (the command line's win), and the top-level
 #: ones; every other worker option declares the one job of a command line: not with --config
-_NOT_JOB_OPTIONS = ("command", "verbose", "config", "instance_id", "max_workers", "history", "http")
+_NOT_JOB_OPTIONS = ("command", "verbose", "config", "instance_id", "max_workers", "history", "http", "gc_threshold")
 
 
 def _worker_from_file(args: argparse.Namespace) -> int:
@@ -517,6 +519,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--instance-id", help="instance id (default {ip}@-@{pid})")
     worker.add_argument("--max-workers", type=int, metavar="N", help="worker threads (default 2 x cores)")
+    worker.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=WORKER_GC_THRESHOLD,
+        metavar="N",
+        help=f"the garbage collector's first threshold for this process (default {WORKER_GC_THRESHOLD:,}; "
+        "0 keeps Python's 700): many jobs' fires otherwise keep the collector busy",
+    )
     worker.add_argument(
         "--history", metavar="DB_URL", help="record every run: sqlite:///path or postgresql://..."
     )
