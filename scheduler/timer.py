@@ -57,7 +57,10 @@ class Timer:
         self._entries: dict[Hashable, tuple[float, int]] = {}
         self._callbacks: dict[Hashable, FireCallback] = {}
         self._seq = itertools.count()
-        self._wake = threading.Condition()
+        #: one lock, taken by every fire (schedule, drain): plain, and entered directly
+        #: where nobody waits or is woken, which spares Condition's two Python-level calls
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._stopped = False
         #: due callbacks waiting for a drain, in due order, with their due times beside them:
@@ -88,7 +91,7 @@ class Timer:
     def schedule(self, key: Hashable, due: float, callback: FireCallback) -> None:
         """Call ``callback(due)`` (on the executor) at wall-clock time ``due``; replaces
         any pending entry of ``key``."""
-        with self._wake:
+        with self._lock:
             seq = next(self._seq)
             self._entries[key] = (due, seq)
             self._callbacks[key] = callback
@@ -97,12 +100,12 @@ class Timer:
                 self._wake.notify()
 
     def cancel(self, key: Hashable) -> None:
-        with self._wake:
+        with self._lock:
             self._entries.pop(key, None)
             self._callbacks.pop(key, None)
 
     def pending(self, key: Hashable) -> float | None:
-        with self._wake:
+        with self._lock:
             entry = self._entries.get(key)
             return None if entry is None else entry[0]
 
@@ -144,8 +147,10 @@ class Timer:
         return any(started is not None and now - started >= self._stall for started in self._drains.values())
 
     def _drain(self, drain: int) -> None:
+        # one lock section per callback: the one that takes it also ends the previous one
         while True:
-            with self._wake:
+            with self._lock:
+                self._drains[drain] = None  # between callbacks: not stalled
                 # A drain beyond ``parallel`` was started to rescue the queue from a stalled
                 # one: it leaves once none is stalled. Hazard: left running, the drains a
                 # passing stall started (a full garbage collection is one) stay as long as
@@ -162,8 +167,6 @@ class Timer:
                 callback(due)
             except Exception:
                 log.exception("%s: a timer callback raised; the others go on", self._name)
-            with self._wake:
-                self._drains[drain] = None
 
     def _pop_due(self) -> None:
         """Move the due entries to the ready queues (lock held)."""
