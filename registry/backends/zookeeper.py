@@ -124,6 +124,7 @@ class ZooKeeperRegistry(BaseRegistry):
             session_timeout=parsed.session_timeout,
             client_path=self._client_path,
         )
+        self._io.watched_existence = self._watched_existence
         self._client.add_listener(self._on_kazoo_state)
         try:
             self._client.start(timeout=parsed.connect_timeout)
@@ -341,6 +342,16 @@ class ZooKeeperRegistry(BaseRegistry):
             if isinstance(exc, RegistryError):
                 raise exc
             raise self._io.map_error(exc, registration.root, action="watch") from None
+
+    def _watched_existence(self, path: str) -> bool | None:
+        """Whether ``path`` exists, as the first synced tree watch covering it has
+        reported; None when none covers it. Stale either way by a notification in flight:
+        a re-plan that trusted it fails with nothing applied and reads (``zookeeper_txn``)."""
+        for registration in self._active_watches():
+            watcher = registration.backend_state
+            if isinstance(watcher, TreeWatcher) and watcher.usable and registration.covers(path):
+                return watcher.has_reported(path)
+        return None
 
     def _stop_watch(self, registration: WatchRegistration) -> None:
         watcher = registration.backend_state

@@ -125,6 +125,10 @@ class ZkIO:
         #: a hint kept by ``zookeeper_txn`` (starting N jobs would otherwise read their
         #: shared parents once per batch)
         self.known_parents: set[str] = set()
+        #: what this client's tree watches say of a stored path: True (reported), False
+        #: (covered, never reported), None (no synced watch covers it); a hint as well,
+        #: which the same re-plan consults next (set by the registry)
+        self.watched_existence: Callable[[str], bool | None] = lambda path: None
 
     # -- waiting ------------------------------------------------------------------------
     @staticmethod

@@ -114,9 +114,17 @@ def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool, trust_known: bool = Fals
     if not optimistic:
         parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
         if trust_known:
-            known = io.known_parents
-            present = {p: True for p in parents if p in known}
-            parents = [p for p in parents if p not in known]
+            # the parents earlier re-plans made or found, then what this client's tree
+            # watches have reported: a start of N jobs reads none of its new parents
+            known, watched = io.known_parents, io.watched_existence
+            unread: list[str] = []
+            for p in parents:
+                answer = True if p in known else watched(p)
+                if answer is None:
+                    unread.append(p)
+                else:
+                    present[p] = answer
+            parents = unread
         delete_roots = [op.path for op in ops if isinstance(op, Delete)]
 
         def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:

@@ -73,6 +73,11 @@ class TreeWatcher:
     def usable(self) -> bool:
         return self.synced and not self.dead and self.registration.watch.active
 
+    def has_reported(self, path: str) -> bool:
+        """``path`` exists as far as this watch has reported (any thread may ask: one
+        lookup in a dict only the worker changes)."""
+        return path in self._known
+
     # -- kazoo's event thread: never block, only hand over ----------------------------
     def on_data(self, event: Any) -> None:
         if event.type == EventType.NONE or self.dead:

@@ -1,6 +1,7 @@
 """How the ZooKeeper backend talks to the server: the parents a transaction's re-plan
-trusts without reading them again, and the one-``poll(2)`` select of kazoo's connection
-thread. Both are shortcuts; these tests pin that they never change an outcome."""
+trusts without reading them again (those earlier re-plans made or found, those a tree
+watch reported), and the one-``poll(2)`` select of kazoo's connection thread. All are
+shortcuts; these tests pin that they never change an outcome."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import registry
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.protocol import Create, Delete
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -82,3 +84,49 @@ def test_polling_select_reports_what_is_ready() -> None:
         left.close()
         if right.fileno() >= 0:
             right.close()
+
+
+def _counting_exists(reg: ZooKeeperRegistry) -> list[str]:
+    """The paths ``reg``'s client asks ``exists`` of from now on."""
+    asked: list[str] = []
+    client = reg._io.client
+    original = client.exists_async
+
+    def exists_async(path: str, watch: Any = None) -> Any:
+        asked.append(path)
+        return original(path, watch)
+
+    client.exists_async = exists_async
+    return asked
+
+
+def test_a_replan_trusts_what_a_tree_watch_reported(pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]) -> None:
+    ours, other = pair
+    other.create("/jobs/a/config", b"1")  # not ours: no transaction of ours learnt /jobs/a
+    seen: list[str] = []
+    watch = ours.watch("/", lambda event: seen.append(event.path), initial=True)
+    try:
+        wait_for(lambda: "/jobs/a/config" in seen, 10, message=lambda: f"reported: {seen}")
+        asked = _counting_exists(ours)
+        # missing parents (servers, leader, leader/election) and present ones (/jobs, /jobs/a)
+        ours.transaction([Create("/jobs/a/servers/h", b"2"), Create("/jobs/a/leader/election/i", b"3")])
+        assert asked == [], f"the re-plan read {asked}"
+        assert other.get("/jobs/a/servers/h") == b"2" and other.get("/jobs/a/leader/election/i") == b"3"
+    finally:
+        watch.cancel()
+
+
+@pytest.mark.parametrize("says", [True, False], ids=["says-present", "says-absent"])
+def test_a_wrong_watch_answer_costs_a_read_never_an_outcome(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], says: bool
+) -> None:
+    """The watches' answer is a hint: wrong (a notification still in flight), the
+    transaction is planned again from reads and applies exactly what it should."""
+    ours, other = pair
+    other.create("/jobs/present/config", b"1")
+    ours._io.watched_existence = lambda path: says
+    asked = _counting_exists(ours)
+    ours.transaction([Create("/jobs/present/servers/h", b"2"), Create("/jobs/absent/servers/h", b"3")])
+    assert asked, "a wrong answer must be read again"
+    assert other.get("/jobs/present/servers/h") == b"2" and other.get("/jobs/absent/servers/h") == b"3"
+    assert other.get("/jobs/present/config") == b"1" and other.children("/jobs") == ["absent", "present"]
