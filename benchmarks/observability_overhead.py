@@ -75,6 +75,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None, help="window per variant, s (default 30, quick 4)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3, quick 1)")
     parser.add_argument("--warmup", type=float, default=None, help="s after every job fired (default 5, quick 1)")
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the garbage collector's first threshold in every variant (default 0: Python's; shardjob "
+        "worker sets 20000)",
+    )
     args = parser.parse_args(argv)
     args.jobs = args.jobs or (200 if args.quick else 1000)
     args.duration = args.duration or (3.0 if args.quick else 30.0)
@@ -104,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     figures = _run_child(
                         "shardjob", args.jobs, per_round, args.warmup, bound, workdir, index,
                         history=database, metrics=metrics, scrape=scrape, tag=f"-v{tag}",
+                        gc_threshold=args.gc_threshold,
                     )  # fmt: skip
                     rounds[label].append(figures)
                     print(f"round {index + 1}/{args.rounds} {label}: p99 {figures['lateness_ms']['p99']} ms", flush=True)
@@ -142,7 +151,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["variant", "fires", "p50 ms", "p99 ms", "x bare p99", "CPU us/fire", "x bare CPU", "scrape ms", "history rows"],
         [_row(r) for r in results],
     )
-    payload = {"jobs": args.jobs, "duration": args.duration, "rounds": args.rounds, "results": results}
+    payload = {
+        "jobs": args.jobs,
+        "duration": args.duration,
+        "rounds": args.rounds,
+        "gc_threshold": args.gc_threshold,
+        "results": results,
+    }
     write_results(NAME, args, payload)
     return payload
 
@@ -177,7 +192,13 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         f"{document['jobs']} every-second jobs in one process on `memory://`, {document['duration']:g} s of window "
         f"per variant in {document['rounds']} alternating rounds; the bare run is the anchor of the same run. "
         "Metrics on means `/metrics` served and scraped every 10 s; history rows are counted after a flush, "
-        "the database up throughout.",
+        "the database up throughout. "
+        + (
+            f"Every variant runs with the garbage collector's first threshold at {document['gc_threshold']:,}, "
+            "as `shardjob worker` runs."
+            if document.get("gc_threshold")
+            else "The garbage collector runs with Python's default thresholds."
+        ),
         "",
         "| variant | fires | p50 ms | p99 ms | p99 x bare | CPU µs/fire | CPU x bare | slowest scrape ms | history rows |",
         "|---|---|---|---|---|---|---|---|---|",
