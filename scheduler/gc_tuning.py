@@ -5,8 +5,8 @@ ops, their callbacks) that live until its run ends: milliseconds, or a second wh
 thousands of jobs fire in the same second. CPython's first threshold (700 allocations)
 collects the young generation so often that they outlive two young collections and reach
 the oldest generation; once a quarter of the heap got there that way, a full collection
-walks all of it. With 10,000 every-second jobs in one process, that took 70 % of a core
-and a fifth of the fires (BENCHMARKS.md, "Many jobs").
+walks all of it. With 10,000 every-second jobs in one process, that took 70 % of a core,
+and a fifth to a third of the fires went unrun (BENCHMARKS.md, "Many jobs").
 
 The trick: a first threshold of 20,000 lets those containers die young, before a young
 collection promotes them. It costs a few megabytes of not-yet-collected young objects and
