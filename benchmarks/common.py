@@ -60,6 +60,21 @@ class BenchmarkError(RuntimeError):
 
 
 # -- command line ----------------------------------------------------------------------------
+def add_gc_threshold(parser: argparse.ArgumentParser, who: str) -> None:
+    """``--gc-threshold N``: the garbage collector's first threshold in ``who`` (0, the
+    default: Python's), so a run can measure a process as ``shardjob worker`` sets it."""
+    from scheduler.gc_tuning import WORKER_GC_THRESHOLD
+
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"the garbage collector's first threshold in {who} (default 0: Python's 700; "
+        f"shardjob worker sets {WORKER_GC_THRESHOLD})",
+    )
+
+
 def base_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a few seconds; figures not meaningful")

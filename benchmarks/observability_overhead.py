@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.charts import Charts
-from benchmarks.common import base_parser, print_table, run_script, write_results
+from benchmarks.common import add_gc_threshold, base_parser, print_table, run_script, write_results
 from benchmarks.scheduler_lateness import SCRAPE_INTERVAL, _run_child, child_bound, pool_rounds
 
 __all__ = ["NAME", "VARIANTS", "main", "render", "summary"]
@@ -75,14 +75,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=None, help="window per variant, s (default 30, quick 4)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3, quick 1)")
     parser.add_argument("--warmup", type=float, default=None, help="s after every job fired (default 5, quick 1)")
-    parser.add_argument(
-        "--gc-threshold",
-        type=int,
-        default=0,
-        metavar="N",
-        help="the garbage collector's first threshold in every variant (default 0: Python's; shardjob "
-        "worker sets 20000)",
-    )
+    add_gc_threshold(parser, "every variant, the bare one too")
     args = parser.parse_args(argv)
     args.jobs = args.jobs or (200 if args.quick else 1000)
     args.duration = args.duration or (3.0 if args.quick else 30.0)

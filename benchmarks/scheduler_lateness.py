@@ -58,6 +58,7 @@ from benchmarks.charts import Charts
 from benchmarks.common import (
     REPO_ROOT,
     BenchmarkError,
+    add_gc_threshold,
     base_parser,
     print_table,
     run_script,
@@ -575,14 +576,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--backends", default=None, help="comma-separated registries (default memory,zookeeper,etcd; quick memory)"
     )
     parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
-    parser.add_argument(
-        "--gc-threshold",
-        type=int,
-        default=0,
-        metavar="N",
-        help="the garbage collector's first threshold in every child, APScheduler's too (default 0: "
-        f"Python's 700; shardjob worker sets {WORKER_GC_THRESHOLD})",
-    )
+    add_gc_threshold(parser, "every child, APScheduler's too")
     parser.add_argument(
         "--child-timeout",
         type=float,
