@@ -1,13 +1,16 @@
 """The observer that turns run events into history rows for a ``HistoryWriter``.
 
-Invariant: it only builds small dicts and hands them to the writer's buffer; it keeps
-per-run state (source, task id) only from a run's start to its end.
+Invariant: it only builds row tuples and hands them to the writer's buffer; it keeps
+per-run state (source, task id, items) only from a run's start to its end, and an item's
+start only from its attempt's start to its end. Those maps take no lock: each key is one
+run's or one attempt's (``id`` of its ``JobRun`` or ``ShardingContext``, alive until the
+matching end), written by one thread at a time, and a dict's single get, set and pop are
+atomic.
 """
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 from scheduler.context import ShardingContext
@@ -28,9 +31,10 @@ class HistoryRecorder(RunObserver):
         self._instance = identity.instance_id
         self._ip = identity.ip
         self._host = socket.gethostname()
-        self._runs: dict[int, tuple[str, str]] = {}
-        self._starts: dict[tuple[int, int], float] = {}
-        self._lock = threading.Lock()
+        #: id(run) -> (source, task id, items as written) from run_started to run_ended
+        self._runs: dict[int, tuple[str, str, str]] = {}
+        #: id(ctx) -> the attempt's start, from item_started to item_ended
+        self._starts: dict[int, float] = {}
 
     def _trace(
         self, job: str, task_id: str, source: str, items: str, fire_time: float, state: str, message: str | None
@@ -52,20 +56,18 @@ class HistoryRecorder(RunObserver):
         self._trace(job, "", "NORMAL", "", 0.0, "RESHARDED", f"epoch {epoch} written in {seconds:.3f}s")
 
     def run_started(self, run: JobRun, source: str, task_id: str) -> None:
-        with self._lock:
-            self._runs[id(run)] = (source, task_id)
         items = ",".join(map(str, run.items))
+        self._runs[id(run)] = (source, task_id, items)
         self._trace(run.job_name, task_id, source, items, run.fire_time, "RUNNING", None)
 
     def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
-        with self._lock:
-            self._starts[(id(run), ctx.sharding_item)] = time.time()
+        self._starts[id(ctx)] = time.time()
 
     def item_ended(self, run: JobRun, ctx: ShardingContext, error: BaseException | None) -> None:
         end = time.time()
-        with self._lock:
-            start = self._starts.pop((id(run), ctx.sharding_item), end)
-            source, _ = self._runs.get(id(run), ("FAILOVER" if run.failover else "NORMAL", ctx.task_id))
+        start = self._starts.pop(id(ctx), end)
+        known = self._runs.get(id(run))
+        source = known[0] if known is not None else ("FAILOVER" if run.failover else "NORMAL")
         failure = None if error is None else f"{type(error).__name__}: {error}"[:4000]
         # values in COLUMNS["executions"] order
         self._put(
@@ -78,9 +80,8 @@ class HistoryRecorder(RunObserver):
         )  # fmt: skip
 
     def run_ended(self, run: JobRun) -> None:
-        with self._lock:
-            source, task_id = self._runs.pop(id(run), ("NORMAL", ""))
-        items = ",".join(map(str, run.items))
+        known = self._runs.pop(id(run), None)
+        source, task_id, items = known if known is not None else ("NORMAL", "", ",".join(map(str, run.items)))
         if run.errors:
             failed = ",".join(map(str, sorted(run.errors)))
             self._trace(run.job_name, task_id, source, items, run.fire_time, "ERROR", f"items failed: {failed}")

@@ -108,20 +108,30 @@ class HistoryWriter:
     def put_row(self, table: str, values: tuple[Any, ...]) -> None:
         """Queue a row of ``table`` given as its values in ``COLUMNS[table]`` order: what the
         recorder does for every run, with no dict to build and take apart again."""
-        dropped = False
-        with self._lock:
-            if len(self._buffer) >= self._buffer_size:
-                self._buffer.popleft()
-                self.dropped += 1
-                dropped = True
-            self._buffer.append((table, values))
-        if dropped:
-            self._report_loss()
+        # No lock on the way in: a deque's append is atomic, and only the writer (taking a
+        # batch) and a full buffer's trim (below) remove rows, both under the lock. The
+        # length check and the append are two steps, so producers racing at a full buffer
+        # overshoot it by at most one row each until the next put trims it.
+        buffer = self._buffer
+        if len(buffer) >= self._buffer_size:
+            self._drop_oldest()
+        buffer.append((table, values))
 
-    def _report_loss(self) -> None:
+    def _drop_oldest(self) -> None:
+        """Make room for one row: drop the oldest, count and report the loss."""
+        with self._lock:
+            dropped = 0
+            while len(self._buffer) >= self._buffer_size:
+                self._buffer.popleft()
+                dropped += 1
+            self.dropped += dropped
+        if dropped:
+            self._report_loss(dropped)
+
+    def _report_loss(self, count: int) -> None:
         callback = self.on_drop
         if callback is not None:
-            callback(1)
+            callback(count)
         now = time.monotonic()
         if now - self._last_loss_log >= _LOSS_LOG_INTERVAL:
             self._last_loss_log = now

@@ -193,6 +193,40 @@ def test_database_outage_counts_the_loss_and_rows_resume(
     assert writer.errors > 0
 
 
+def test_a_full_buffer_counts_every_row_it_drops_while_threads_put_at_once(tmp_path: Path) -> None:
+    """Puts take no lock: with four threads putting into a full buffer and the interpreter
+    switching threads every microsecond, every row is either still buffered or counted
+    (and reported) as dropped, and the buffer overshoots its size by at most a row per
+    thread."""
+    import sys
+
+    size, threads, per_thread = 50, 4, 5000
+    writer = HistoryWriter(f"sqlite:///{tmp_path / 'h.db'}", buffer_size=size)  # not started: nothing drains
+    reported: list[int] = []
+    writer.on_drop = reported.append
+    barrier = threading.Barrier(threads)
+
+    def put_many(tag: int) -> None:
+        barrier.wait(10)
+        for i in range(per_thread):
+            writer.put_row("status_trace", (tag, i))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=put_many, args=(tag,)) for tag in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+        writer.close()
+    assert writer.dropped + writer.buffered == threads * per_thread
+    assert sum(reported) == writer.dropped
+    assert size <= writer.buffered <= size + threads
+
+
 def test_the_writers_column_order_is_the_schemas() -> None:
     """The recorder hands rows over as tuples in ``COLUMNS`` order; the INSERT and COPY
     take them in that order too, so it must be the tables' own."""
