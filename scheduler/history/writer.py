@@ -85,6 +85,8 @@ class HistoryWriter:
         self._schema_ready = False
         #: table -> (its INSERT, whether its parameters are named), compiled once
         self._inserts: dict[str, tuple[str, bool]] = {}
+        #: table -> (its COPY statement, its columns' type OIDs on the server), read once
+        self._copies: dict[str, tuple[str, list[int]]] = {}
         self._next_retention = 0.0
         self._last_loss_log = 0.0
         self._down_since: float | None = None
@@ -223,7 +225,7 @@ class HistoryWriter:
             by_table.setdefault(table, []).append(row)
         # Straight to the driver: the rows hold plain str, int, float, bool and None, which
         # every driver adapts itself, so SQLAlchemy's per-row parameter processing is not
-        # needed. PostgreSQL takes them by COPY (about 2 us of client CPU per row against
+        # needed. PostgreSQL takes them by binary COPY (under 1 us of client CPU per row against
         # 15 for an executemany); the others by the driver's executemany.
         copy = self._engine.dialect.name == "postgresql"
         with self._engine.begin() as conn:
@@ -239,16 +241,37 @@ class HistoryWriter:
             self._pending = []
         return True
 
-    @staticmethod
-    def _copy(conn: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
-        """``rows`` into ``table`` by PostgreSQL's COPY, inside ``conn``'s transaction."""
-        from scheduler.history.schema import executions, status_trace
+    def _copy(self, conn: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
+        """``rows`` into ``table`` by PostgreSQL's binary COPY, inside ``conn``'s transaction.
 
-        target = {"executions": executions, "status_trace": status_trace}[table]
-        statement = f"COPY {target.name} ({', '.join(COLUMNS[table])}) FROM STDIN"
+        Binary, with every column's type given, spares psycopg a dumper lookup per value
+        and the text encoding (0.7 against 1.8 us of client CPU per row). The hazard: the
+        server takes a binary value only in its column's exact type (an int8 is not an
+        int4, and SQLAlchemy's names are not PostgreSQL's), so the types are the ones the
+        server reports for the table, read once."""
+        statement, types = self._copy_statement(conn, table)
         with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
+            copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
+
+    def _copy_statement(self, conn: Any, table: str) -> tuple[str, list[int]]:
+        found = self._copies.get(table)
+        if found is None:
+            from scheduler.history.schema import executions, status_trace
+
+            name = {"executions": executions, "status_trace": status_trace}[table].name
+            columns = COLUMNS[table]
+            oids = dict(
+                conn.exec_driver_sql(
+                    "SELECT attname, atttypid FROM pg_attribute"
+                    " WHERE attrelid = %(table)s::regclass AND attnum > 0 AND NOT attisdropped",
+                    {"table": name},
+                ).all()
+            )
+            statement = f"COPY {name} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
+            found = self._copies[table] = (statement, [int(oids[column]) for column in columns])
+        return found
 
     def _insert_sql(self, table: str) -> tuple[str, bool]:
         """The INSERT of ``table`` in the engine's dialect, and whether its parameters are
