@@ -166,6 +166,13 @@ class MetricsObserver(RunObserver):
             lock,
         )
         self.history_dropped.touch(self._instance)
+        self.history_rejected = _Counters(
+            "shardjob_history_rows_rejected",
+            "History rows the database refused (a constraint, a value it cannot store), dropped alone",
+            ["instance"],
+            lock,
+        )
+        self.history_rejected.touch(self._instance)
         r = self.registry
         r.register(
             _FamiliesCollector(
@@ -181,14 +188,16 @@ class MetricsObserver(RunObserver):
                     self.reshardings,
                     self.resharding_duration,
                     self.history_dropped,
+                    self.history_rejected,
                 ],
             )
         )
         r.register(_StateCollector(scheduler, pc))
         history = scheduler.history
         if history is not None:
-            instance, dropped = self._instance, self.history_dropped
+            instance, dropped, rejected = self._instance, self.history_dropped, self.history_rejected
             history.on_drop = lambda count: dropped.inc(instance, amount=float(count))
+            history.on_reject = lambda count: rejected.inc(instance, amount=float(count))
         self._starts: dict[tuple[int, int], float] = {}
 
     def fire_due(self, job: str, fire_time: float, source: str) -> None:

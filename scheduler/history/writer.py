@@ -3,9 +3,12 @@ retention sweep (by age and by row count) run by the same thread.
 
 Invariants: ``put`` never blocks and never raises — when the buffer is full (the database
 down or slow) the oldest row is dropped and the loss counted and logged; a batch the
-database refused is kept and tried again (bounded by one batch), so rows resume once it
-is back; the schema is created by this thread, so a database down at start-up delays
-history, never the scheduler.
+database could not take is kept and tried again (bounded by one batch), so rows resume once
+it is back; a batch it refused for its rows' sake (a constraint, a value it cannot store)
+is written in halves down to the rows at fault, which alone are dropped, counted and
+logged, so one bad row never holds back the others nor the rows after it; the schema is
+created by this thread, so a database down at start-up delays history, never the
+scheduler.
 """
 
 from __future__ import annotations
@@ -37,10 +40,35 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 
-#: seconds between two "rows dropped" warnings while the loss goes on
+#: DB-API exceptions (by class name, whichever driver raised them) that blame the rows
+#: written, not the database: a constraint they break, a value it cannot store
+_ROW_ERRORS = frozenset({"DataError", "IntegrityError"})
+#: the range of each integer type a binary COPY may write (PostgreSQL type OID -> bound):
+#: binary integers go over the wire in their column's width, so a value outside it would
+#: be stored wrapped around, where the text format refused it
+_INT_BOUNDS = {21: 2**15, 23: 2**31, 20: 2**63}
+
+#: seconds between two "rows dropped" (or "row refused") warnings while the loss goes on
 _LOSS_LOG_INTERVAL = 10.0
 #: seconds between two "database unavailable" warnings while it stays down
 _DOWN_LOG_INTERVAL = 60.0
+
+
+class _OutOfRange(Exception):
+    """A value a binary COPY would store wrapped around: the row's fault (``_blames_rows``)."""
+
+
+def _blames_rows(exc: BaseException) -> bool:
+    """Whether the database (or the driver adapting values for it) refused rows for what
+    they hold, rather than failing to take them at all (down, locked, unreachable)."""
+    orig = getattr(exc, "orig", None)  # SQLAlchemy's wrapper of the driver's exception
+    if orig is not None:
+        if getattr(exc, "connection_invalidated", False):
+            return False
+        exc = orig
+    if isinstance(exc, (_OutOfRange, TypeError)):  # psycopg's dumpers: a value of the wrong type
+        return True
+    return any(cls.__name__ in _ROW_ERRORS for cls in type(exc).__mro__)
 
 
 class HistoryWriter:
@@ -89,16 +117,21 @@ class HistoryWriter:
         self._copies: dict[str, tuple[str, list[int]]] = {}
         self._next_retention = 0.0
         self._last_loss_log = 0.0
+        self._last_reject_log = -_LOSS_LOG_INTERVAL
         self._down_since: float | None = None
         self._last_down_log = 0.0
         #: rows dropped because the buffer was full
         self.dropped = 0
         #: rows written
         self.written = 0
-        #: batches the database refused
+        #: batches the database could not take (and were kept to try again)
         self.errors = 0
+        #: rows the database refused (a constraint, a value it cannot store): dropped alone
+        self.rejected = 0
         #: called with the number of rows dropped (metrics subscribe here)
         self.on_drop: Callable[[int], None] | None = None
+        #: called with the number of rows rejected
+        self.on_reject: Callable[[int], None] | None = None
         self._thread = threading.Thread(target=self._loop, name="shardjob-history", daemon=True)
         self._started = False
 
@@ -220,13 +253,27 @@ class HistoryWriter:
                 self._pending = [self._buffer.popleft() for _ in range(take)]
         if not self._pending:
             return False
+        try:
+            self._write(self._pending)
+        except Exception as exc:
+            if not _blames_rows(exc):
+                raise
+            self._write_apart(exc)
+            return True
+        with self._lock:
+            self.written += len(self._pending)
+            self._pending = []
+        return True
+
+    def _write(self, pending: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """``pending`` rows in one transaction."""
         by_table: dict[str, list[tuple[Any, ...]]] = {}
-        for table, row in self._pending:
+        for table, row in pending:
             by_table.setdefault(table, []).append(row)
         # Straight to the driver: the rows hold plain str, int, float, bool and None, which
         # every driver adapts itself, so SQLAlchemy's per-row parameter processing is not
-        # needed. PostgreSQL takes them by binary COPY (under 1 us of client CPU per row against
-        # 15 for an executemany); the others by the driver's executemany.
+        # needed. PostgreSQL takes them by binary COPY (under 1 us of client CPU per row
+        # against 15 for an executemany); the others by the driver's executemany.
         copy = self._engine.dialect.name == "postgresql"
         with self._engine.begin() as conn:
             for table, rows in by_table.items():
@@ -236,10 +283,48 @@ class HistoryWriter:
                 sql, named = self._insert_sql(table)
                 columns = COLUMNS[table]
                 conn.exec_driver_sql(sql, [dict(zip(columns, row, strict=True)) for row in rows] if named else rows)
-        with self._lock:
-            self.written += len(self._pending)
-            self._pending = []
-        return True
+
+    def _write_apart(self, refused: Exception) -> None:
+        """The pending batch was refused for its rows' sake: write it in halves, and those
+        in halves again, down to single rows the database refuses, which are dropped.
+        Rows keep their order. Any other error ends it, with ``_pending`` holding exactly
+        the rows not yet written nor dropped (the loop tries them again)."""
+        parts = [self._pending]  # a stack: the next part to write is the last
+        error: Exception | None = refused  # the refusal of the part on top, when known
+        while parts:
+            part = parts.pop()
+            if error is None:
+                try:
+                    self._write(part)
+                except Exception as exc:
+                    if not _blames_rows(exc):
+                        raise
+                    error = exc
+            if error is not None and len(part) > 1:
+                half = len(part) // 2
+                parts += (part[half:], part[:half])
+                error = None
+                continue
+            rejected = 0 if error is None else 1
+            with self._lock:
+                self.written += len(part) - rejected
+                self.rejected += rejected
+                self._pending = [row for rest in reversed(parts) for row in rest]
+            if error is not None:
+                self._report_rejected(error, part[0])
+            error = None
+
+    def _report_rejected(self, error: Exception, row: tuple[str, tuple[Any, ...]]) -> None:
+        callback = self.on_reject
+        if callback is not None:
+            callback(1)
+        now = time.monotonic()
+        if now - self._last_reject_log >= _LOSS_LOG_INTERVAL:
+            self._last_reject_log = now
+            log.warning(
+                "history row refused by the database and dropped (%d so far): %s: %s; the row: %r",
+                self.rejected, type(error).__name__, error, row,
+            )  # fmt: skip
 
     def _copy(self, conn: Any, table: str, rows: list[tuple[Any, ...]]) -> None:
         """``rows`` into ``table`` by PostgreSQL's binary COPY, inside ``conn``'s transaction.
@@ -250,9 +335,14 @@ class HistoryWriter:
         int4, and SQLAlchemy's names are not PostgreSQL's), so the types are the ones the
         server reports for the table, read once."""
         statement, types = self._copy_statement(conn, table)
+        ranges = [(index, _INT_BOUNDS[oid]) for index, oid in enumerate(types) if oid in _INT_BOUNDS]
         with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
             copy.set_types(types)
             for row in rows:
+                for index, bound in ranges:
+                    value = row[index]
+                    if value is not None and not -bound <= value < bound:
+                        raise _OutOfRange(f"{COLUMNS[table][index]} = {value!r} is out of its column's range")
                 copy.write_row(row)
 
     def _copy_statement(self, conn: Any, table: str) -> tuple[str, list[int]]:

@@ -227,6 +227,42 @@ def test_a_full_buffer_counts_every_row_it_drops_while_threads_put_at_once(tmp_p
     assert size <= writer.buffered <= size + threads
 
 
+def test_rows_the_database_refuses_are_dropped_alone(history_url: str) -> None:
+    """A batch with rows the database refuses (a NOT NULL broken on both databases; on
+    PostgreSQL also an item beyond its int4 column, which binary COPY would store wrapped,
+    and a NUL in a text) is written in halves down to those rows: every other row is
+    stored, in order, and the writer goes on with the next batch."""
+    postgres = history_url.startswith("postgresql")
+    writer = HistoryWriter(history_url, flush_interval=0.05, max_age=None)
+    reported: list[int] = []
+    writer.on_reject = reported.append
+
+    def row(i: int) -> dict[str, object]:
+        return {
+            "job_name": None if i == 3 else "refused", "task_id": "t", "hostname": "h", "ip": "127.0.0.1",
+            "instance_id": "i", "sharding_item": 2**40 if i == 11 else i, "parameter": None, "epoch": 1,
+            "fire_time": float(i), "execution_source": "NORMAL", "start_time": float(i),
+            "complete_time": float(i), "is_success": i != 15, "outcome": "success",
+            "failure_cause": "a\x00b" if i == 15 else None, "attempt": 1,
+        }  # fmt: skip
+
+    for i in range(20):
+        writer.put("executions", row(i))
+    writer.start()
+    try:
+        assert writer.flush(30), "the refused rows hold back the batch"
+        refused = {3, 11, 15} if postgres else {3}
+        assert (writer.rejected, sum(reported), writer.written) == (len(refused), len(refused), 20 - len(refused))
+        writer.put("executions", row(20))
+        assert writer.flush(30)
+    finally:
+        writer.close()
+    stored = sorted(rows(history_url, "refused"), key=lambda r: r.fire_time)
+    kept = [i for i in range(21) if i not in refused]
+    assert [r.fire_time for r in stored] == [float(i) for i in kept]
+    assert [r.sharding_item for r in stored] == [2**40 if i == 11 else i for i in kept]  # never wrapped
+
+
 def test_the_writers_column_order_is_the_schemas() -> None:
     """The recorder hands rows over as tuples in ``COLUMNS`` order; the INSERT and COPY
     take them in that order too, so it must be the tables' own."""

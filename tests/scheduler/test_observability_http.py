@@ -96,6 +96,7 @@ def test_metrics_after_a_known_sequence_of_fires(harness: Harness, cleanup: list
     assert value(found, "shardjob_leader", job="m") == 1
     assert value(found, "shardjob_job_registered", job="m") == 1
     assert value(found, "shardjob_history_rows_dropped_total") == 0
+    assert value(found, "shardjob_history_rows_rejected_total") == 0
     epoch = value(found, "shardjob_assignment_epoch", job="m")
     assert epoch >= 1
     # the only instance leads: it wrote every assignment there is
