@@ -144,6 +144,10 @@ class Characteristic(enum.Enum):
     NETWORK = "network"
     #: the registry outlives this process and coordinates the processes of a fleet
     DISTRIBUTED = "distributed"
+    #: any transaction within the protocol's limits (``MAX_TXN_OPS`` ops) fits the server
+    #: as it is, whatever parents its ops need: a group commit may fill it. etcd counts the
+    #: compares guarding parents against the same limit, so it does not declare this
+    FULL_WIDTH_TRANSACTIONS = "full-width-transactions"
 
 
 @runtime_checkable

@@ -40,8 +40,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from registry.backends.base import MAX_TXN_OPS
 from registry.errors import RegistryError, TransactionError
-from registry.protocol import Check, Delete, Op, RegistryCenter
+from registry.protocol import Characteristic, Check, Delete, Op, RegistryCenter
 
 __all__ = ["BatcherClosed", "Commit", "CommitCallback", "TransactionBatcher"]
 
@@ -70,21 +71,25 @@ class _Request:
 class TransactionBatcher:
     """Group commit of independent transactions over ``reg`` (module docstring).
 
-    The defaults keep a shared transaction at half of every backend's limits (128 ops,
-    1 MB of values): etcd also counts the compares that guard parents against the same
-    128, and a batch that overflows them costs the backend a read before the write.
+    The defaults keep a shared transaction at half of the protocol's limits (128 ops, 1 MB
+    of values), or at all of its ops where the backend declares
+    ``FULL_WIDTH_TRANSACTIONS``: etcd also counts the compares that guard parents against
+    the same 128, and a batch that overflows them costs it a read before the write.
     """
 
     def __init__(
         self,
         reg: RegistryCenter,
         *,
-        max_ops: int = 64,
+        max_ops: int | None = None,
         max_bytes: int = 500_000,
         max_delay: float = 0.002,
         committers: int = 4,
         name: str = "shardjob-commit",
     ) -> None:
+        if max_ops is None:
+            full = Characteristic.FULL_WIDTH_TRANSACTIONS in reg.characteristics
+            max_ops = MAX_TXN_OPS if full else MAX_TXN_OPS // 2
         if max_ops < 1 or max_bytes < 1 or max_delay < 0 or committers < 1:
             raise ValueError("max_ops, max_bytes and committers must be >= 1 and max_delay >= 0")
         self._reg = reg

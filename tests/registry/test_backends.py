@@ -59,11 +59,13 @@ def test_a_backend_owns_its_url_options() -> None:
 
 
 def test_backends_declare_what_callers_may_rely_on() -> None:
-    assert backend_class("memory").characteristics == frozenset()
-    for name in ("zookeeper", "etcd"):
-        assert backend_class(name).characteristics == {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
+    network = {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
+    full_width = Characteristic.FULL_WIDTH_TRANSACTIONS
+    assert backend_class("memory").characteristics == {full_width}
+    assert backend_class("zookeeper").characteristics == {*network, full_width}
+    assert backend_class("etcd").characteristics == network  # its parent guards count against 128
     with registry.connect("memory://backends-test/ns") as reg:
-        assert CountingRegistry(reg).characteristics == frozenset()  # a wrapper passes them on
+        assert CountingRegistry(reg).characteristics == {full_width}  # a wrapper passes them on
 
 
 def test_a_third_party_backend_registers_through_the_entry_point_group(plugins: None) -> None:
