@@ -54,6 +54,17 @@ _LOSS_LOG_INTERVAL = 10.0
 _DOWN_LOG_INTERVAL = 60.0
 
 
+#: a table's binary COPY: the statement, its columns' type OIDs, (index, bound) of its integers
+_CopyPlan = tuple[str, list[int], list[tuple[int, int]]]
+
+
+def _table(table: str) -> Any:
+    """The ``sqlalchemy.Table`` of ``table`` (a key of ``COLUMNS``)."""
+    from scheduler.history.schema import executions, status_trace
+
+    return {"executions": executions, "status_trace": status_trace}[table]
+
+
 class _OutOfRange(Exception):
     """A value a binary COPY would store wrapped around: the row's fault (``_blames_rows``)."""
 
@@ -113,8 +124,8 @@ class HistoryWriter:
         self._schema_ready = False
         #: table -> (its INSERT, whether its parameters are named), compiled once
         self._inserts: dict[str, tuple[str, bool]] = {}
-        #: table -> (its COPY statement, its columns' type OIDs on the server), read once
-        self._copies: dict[str, tuple[str, list[int]]] = {}
+        #: table -> its binary COPY (``_CopyPlan``), the types read once from the server
+        self._copies: dict[str, _CopyPlan] = {}
         self._next_retention = 0.0
         self._last_loss_log = 0.0
         self._last_reject_log = -_LOSS_LOG_INTERVAL
@@ -334,8 +345,7 @@ class HistoryWriter:
         server takes a binary value only in its column's exact type (an int8 is not an
         int4, and SQLAlchemy's names are not PostgreSQL's), so the types are the ones the
         server reports for the table, read once."""
-        statement, types = self._copy_statement(conn, table)
-        ranges = [(index, _INT_BOUNDS[oid]) for index, oid in enumerate(types) if oid in _INT_BOUNDS]
+        statement, types, ranges = self._copy_statement(conn, table)
         with conn.connection.driver_connection.cursor() as cursor, cursor.copy(statement) as copy:
             copy.set_types(types)
             for row in rows:
@@ -345,12 +355,12 @@ class HistoryWriter:
                         raise _OutOfRange(f"{COLUMNS[table][index]} = {value!r} is out of its column's range")
                 copy.write_row(row)
 
-    def _copy_statement(self, conn: Any, table: str) -> tuple[str, list[int]]:
+    def _copy_statement(self, conn: Any, table: str) -> _CopyPlan:
+        """``table``'s COPY statement, its columns' type OIDs, and (index, bound) of its
+        integer columns."""
         found = self._copies.get(table)
         if found is None:
-            from scheduler.history.schema import executions, status_trace
-
-            name = {"executions": executions, "status_trace": status_trace}[table].name
+            name = _table(table).name
             columns = COLUMNS[table]
             oids = dict(
                 conn.exec_driver_sql(
@@ -360,7 +370,9 @@ class HistoryWriter:
                 ).all()
             )
             statement = f"COPY {name} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
-            found = self._copies[table] = (statement, [int(oids[column]) for column in columns])
+            types = [int(oids[column]) for column in columns]
+            ranges = [(index, _INT_BOUNDS[oid]) for index, oid in enumerate(types) if oid in _INT_BOUNDS]
+            found = self._copies[table] = (statement, types, ranges)
         return found
 
     def _insert_sql(self, table: str) -> tuple[str, bool]:
@@ -368,11 +380,8 @@ class HistoryWriter:
         named (then each row goes as a dict); positional ones follow ``COLUMNS[table]``."""
         found = self._inserts.get(table)
         if found is None:
-            from scheduler.history.schema import executions, status_trace
-
-            target = {"executions": executions, "status_trace": status_trace}[table]
             columns = COLUMNS[table]
-            compiled = target.insert().compile(dialect=self._engine.dialect, column_keys=list(columns))
+            compiled = _table(table).insert().compile(dialect=self._engine.dialect, column_keys=list(columns))
             positions = compiled.positiontup
             if positions is not None and tuple(positions) != columns:
                 raise AssertionError(f"the INSERT of {table} orders its parameters {positions}, not {columns}")
