@@ -8,8 +8,13 @@ its version check.
 The first attempt reads nothing: it assumes every parent exists and every deleted node is
 a leaf, which is what the hot path writes (a running mark under its job's ``running``
 node, and its removal), so a transaction costs ONE request on the wire. Only when the
-server answers that the assumption failed (a parent missing, a child below a deleted
-node), and so applied nothing, is the plan made again from read parents and subtrees.
+server answers that the assumption failed, and so applied nothing, is the plan made
+again, reading only what failed: the parents when a Create found one missing (or one
+appeared), the deleted subtrees when a Delete found a child. A shared transaction of a
+group commit mixes many callers' ops: one job's first mark, whose ``running`` node is
+not there yet, must not make the next plan read the subtree of every mark the same batch
+removes: a round trip each, which the whole batch waits for, and fails with when a busy
+server is slow to answer them.
 Invariants kept here:
 
 - the caller learns the failing op by its own index (``TxnOpFailed``), never by a
@@ -23,6 +28,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -57,7 +63,7 @@ __all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
 #: ZooKeeper's default limit on one request's length (the 4-byte length prefix excluded).
 JUTE_MAX_BUFFER = 0xFFFFF
 _REQUEST_HEADER = 8  # xid and op type, ahead of the multi body
-_ATTEMPTS = 4
+_ATTEMPTS = 5  # one optimistic plan; re-plans for parents (trusting, then not) and subtrees
 #: parents remembered as existing (``ZkIO.known_parents``), at most; then forgotten at once
 _KNOWN_PARENTS = 100_000
 
@@ -83,9 +89,10 @@ class _Replan(Exception):
 def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) -> None:
     """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
     last: _Replan | None = None
+    parents = _Reads.NONE  # what the next plan learns of the Creates' parents
+    subtrees = False  # whether it reads the subtrees of the Deletes
     for attempt in range(_ATTEMPTS):
-        # the first re-plan trusts the parents known to exist; a later one reads them all
-        request, steps = _plan(io, ops, optimistic=attempt == 0, trust_known=attempt == 1)
+        request, steps = _plan(io, ops, parents=parents, subtrees=subtrees)
         _check_size(request, steps)
         try:
             io.write(
@@ -93,6 +100,11 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
             )
         except _Replan as stale:
             last = stale
+            if stale.step.op_type is Create:  # a parent missing, or one appeared
+                # the first re-plan trusts the parents known to exist; a later one reads them all
+                parents = _Reads.ALL if parents is not _Reads.NONE else _Reads.UNKNOWN
+            else:  # a child below a deleted node, or a node of its subtree gone
+                subtrees = True
             continue
         if attempt:  # the hot path's transactions commit at once: nothing to learn there
             _learn(io.known_parents, ops, steps)
@@ -108,31 +120,43 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     )
 
 
-def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool, trust_known: bool = False) -> tuple[Any, list[_Step]]:
+class _Reads(enum.Enum):
+    """What a plan reads of the parents of its Creates."""
+
+    NONE = "assume every parent exists"
+    UNKNOWN = "read those neither known nor watched"
+    ALL = "read them all"
+
+
+def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[Any, list[_Step]]:
+    """The kazoo multi request of ``ops``, and what each of its ops stands for. Without
+    parents read, every parent is assumed to exist; without subtrees read, every deleted
+    node is assumed a leaf."""
+    read_parents = parents is not _Reads.NONE
     present: dict[str, bool] = {}
-    subtrees: dict[str, list[str]] = {}
-    if not optimistic:
-        parents = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)})
-        if trust_known:
+    below_deleted: dict[str, list[str]] = {}
+    if read_parents or subtrees:
+        wanted = sorted({a for op in ops if isinstance(op, Create) for a in ancestors(op.path)}) if read_parents else []
+        if parents is _Reads.UNKNOWN:
             # the parents earlier re-plans made or found, then what this client's tree
             # watches have reported: a start of N jobs reads none of its new parents
             known, watched = io.known_parents, io.watched_existence
             unread: list[str] = []
-            for p in parents:
+            for p in wanted:
                 answer = True if p in known else watched(p)
                 if answer is None:
                     unread.append(p)
                 else:
                     present[p] = answer
-            parents = unread
-        delete_roots = [op.path for op in ops if isinstance(op, Delete)]
+            wanted = unread
+        delete_roots = [op.path for op in ops if isinstance(op, Delete)] if subtrees else []
 
         def read(deadline: float) -> tuple[dict[str, bool], dict[str, list[str]]]:
-            pending = [(p, io.client.exists_async(p)) for p in parents]
+            pending = [(p, io.client.exists_async(p)) for p in wanted]
             found = {p: io.wait(r, deadline) is not None for p, r in pending}
             return found, {p: io.subtree(p, deadline) for p in delete_roots}
 
-        found, subtrees = io.read(ops[0].path, read)
+        found, below_deleted = io.read(ops[0].path, read)
         present.update(found)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
     # kazoo's request ops are built directly rather than through TransactionRequest's
@@ -145,7 +169,7 @@ def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool, trust_known: bool = Fals
     steps: list[_Step] = []
     for index, op in enumerate(ops):
         if isinstance(op, Create):
-            if not optimistic:  # optimistic: every parent is assumed to exist
+            if read_parents:  # else every parent is assumed to exist
                 for ancestor in ancestors(op.path):
                     if not planned.get(ancestor, present.get(ancestor, False)):
                         out.append(KzCreate(ancestor, b"", acl, 0))
@@ -162,7 +186,7 @@ def _plan(io: ZkIO, ops: list[Op], *, optimistic: bool, trust_known: bool = Fals
             steps.append(_Step(index, op.path, False, Check))
         else:
             prefix = op.path + "/"
-            below = {p for p in subtrees.get(op.path, ()) if planned.get(p, True)}
+            below = {p for p in below_deleted.get(op.path, ()) if planned.get(p, True)}
             below.update(p for p, alive in planned.items() if alive and p.startswith(prefix))
             below.discard(op.path)  # a subtree read holds its root
             for path in sorted(below, key=lambda p: (-p.count("/"), p)):

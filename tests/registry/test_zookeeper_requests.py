@@ -130,3 +130,50 @@ def test_a_wrong_watch_answer_costs_a_read_never_an_outcome(
     assert asked, "a wrong answer must be read again"
     assert other.get("/jobs/present/servers/h") == b"2" and other.get("/jobs/absent/servers/h") == b"3"
     assert other.get("/jobs/present/config") == b"1" and other.children("/jobs") == ["absent", "present"]
+
+
+def _counting_subtrees(reg: ZooKeeperRegistry) -> list[str]:
+    """The subtrees ``reg``'s transactions read from now on (one per deleted node)."""
+    read: list[str] = []
+    io = reg._io
+    original = io.subtree
+
+    def subtree(root: str, deadline: float) -> list[str]:
+        read.append(root)
+        return original(root, deadline)
+
+    io.subtree = subtree  # type: ignore[method-assign]
+    return read
+
+
+def test_a_missing_parent_re_plans_without_reading_the_deleted_subtrees(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
+) -> None:
+    """A group commit's shared transaction: one job's first mark (its ``running`` node not
+    there yet) beside other jobs' marks removed. The re-plan reads the parents, not the
+    subtree of every removed mark."""
+    ours, other = pair
+    marks = [f"/jobs/j{n}/running/i1" for n in range(5)]
+    ours.transaction([Create(mark, b"m") for mark in marks])
+    read = _counting_subtrees(ours)
+    ours.transaction([Create("/jobs/new/running/i1", b"m"), *(Delete(mark) for mark in marks)])
+    assert read == [], f"the re-plan read the subtrees of {read}"
+    assert other.get("/jobs/new/running/i1") == b"m"
+    assert all(other.get(mark) is None for mark in marks)
+    assert other.children("/jobs/j0") == ["running"]  # only the mark went
+
+
+def test_a_deleted_node_found_with_children_is_re_planned_with_its_subtree(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
+) -> None:
+    """Beside a missing parent, a Delete of a node that has children: the first re-plan
+    (parents) still assumes a leaf and fails on it; the next reads the subtrees and
+    applies both, all or nothing as one transaction."""
+    ours, other = pair
+    other.create("/jobs/old/config", b"1")
+    other.create("/jobs/old/servers/h", b"2")
+    read = _counting_subtrees(ours)
+    ours.transaction([Create("/jobs/new/config", b"3"), Delete("/jobs/old")])
+    assert read == [f"{registry.parse_url(ours.url).namespace}/jobs/old"]
+    assert other.get("/jobs/new/config") == b"3"
+    assert other.children("/jobs") == ["new"]
