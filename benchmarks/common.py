@@ -286,7 +286,7 @@ def servers(args: argparse.Namespace, *, zookeeper: bool = True, etcd: bool = Tr
     launched before waiting, to overlap their start-up) and stopped on exit."""
     from tests.servers.etcd import EtcdServer
     from tests.servers.process import ServerProcess
-    from tests.servers.zookeeper import ZooKeeperServer
+    from tests.servers.zookeeper import DEFAULT_HEAP, ZooKeeperServer
 
     with tempfile.TemporaryDirectory(prefix="shardjob-bench-") as tmp:
         started: list[ServerProcess] = []
@@ -294,7 +294,7 @@ def servers(args: argparse.Namespace, *, zookeeper: bool = True, etcd: bool = Tr
         etcd_address = args.etcd if etcd else None
         try:
             if zookeeper and not zk_address:
-                zk = ZooKeeperServer(Path(tmp) / "zookeeper")
+                zk = ZooKeeperServer(Path(tmp) / "zookeeper", heap=DEFAULT_HEAP)
                 zk.launch()
                 started.append(zk)
                 zk_address = zk.address

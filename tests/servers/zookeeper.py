@@ -98,6 +98,14 @@ class QuorumPeer:
         return f"server.{self.myid}={LOOPBACK}:{self.quorum_port}:{self.election_port}"
 
 
+#: the test session's server heap: enough for the suite's few hundred nodes, small beside
+#: the other servers it runs at once
+TEST_HEAP = "256m"
+#: ZooKeeper's own default (``ZK_SERVER_HEAP`` in ``zkEnv.sh``): what benchmarks run, since
+#: 10,000 jobs (130,000 nodes and twice as many watches) outgrow the test heap
+DEFAULT_HEAP = "1000m"
+
+
 class ZooKeeperServer(ServerProcess):
     """A ZooKeeper server process; standalone unless given ``peers`` (ensemble member)."""
 
@@ -108,12 +116,14 @@ class ZooKeeperServer(ServerProcess):
         client_port: int | None = None,
         myid: int | None = None,
         peers: tuple[QuorumPeer, ...] = (),
+        heap: str = TEST_HEAP,
     ) -> None:
         super().__init__(workdir, f"zookeeper{myid or ''}")
         self.host = LOOPBACK
         self.port = client_port if client_port is not None else free_port()
         self.myid = myid
         self.peers = peers
+        self.heap = heap
 
     @property
     def address(self) -> str:
@@ -160,7 +170,7 @@ class ZooKeeperServer(ServerProcess):
         classpath = os.pathsep.join([str(self.workdir), str(ZOOKEEPER_JAR), *(str(j) for j in _LOG_JARS)])
         return [
             "java",
-            "-Xmx256m",
+            f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
             f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
             "-cp",
