@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kazoo.exceptions import NoAuthError
@@ -67,7 +67,9 @@ class TreeWatcher:
         self.synced = False  # the initial read is done: notifications may be acted on
         self.dead = False  # failed to start or cancelled
         self._known: dict[str, int] = {}  # path -> czxid of every node reported
-        self._kids: dict[str, set[str]] = {}  # path -> known child paths
+        #: path -> its known children, only for nodes that have some: a dozen nodes per job,
+        #: most of them leaves, and a dict of str (not a set) the garbage collector skips
+        self._kids: dict[str, dict[str, None]] = {}
 
     @property
     def usable(self) -> bool:
@@ -109,7 +111,9 @@ class TreeWatcher:
         for path in sorted(stale, key=_deepest_first):
             self._owner._notify(self.registration, EventKind.DELETED, path, None)
         self._known = fresh
-        self._kids = {p: {c for c in kids.get(p, ()) if c in fresh} for p in fresh}
+        self._kids = {}
+        for path in fresh:
+            self._add_kids(path, kids.get(path, ()))
         self._owner._resync(self.registration, {path: node for path, node, _ in found}, emit=emit)
         self.synced = True
 
@@ -184,7 +188,7 @@ class TreeWatcher:
         except KzNoNode:
             return  # deleted: its data watch reports it
         current = set(self._watched_children(path, names))
-        known = self._kids.get(path, set())
+        known = self._kids.get(path, {}).keys()
         for gone in sorted(known - current):
             self._drop(gone)
         new = sorted(current - known)
@@ -226,13 +230,18 @@ class TreeWatcher:
             if previous is not None and previous != czxid:
                 self._drop(path)
             self._known[path] = czxid
-            self._kids.setdefault(path, set())
             if path != self.root:
-                self._kids[parent(path)].add(path)
+                self._kids.setdefault(parent(path), {})[path] = None
             self._owner._notify(self.registration, EventKind.CREATED, path, node)
         for path, children in kids.items():
             if path in self._known:
-                self._kids[path].update(c for c in children if c in self._known)
+                self._add_kids(path, children)
+
+    def _add_kids(self, path: str, children: Iterable[str]) -> None:
+        """Note those of ``children`` that are known as children of ``path``."""
+        known = [c for c in children if c in self._known]
+        if known:
+            self._kids.setdefault(path, {}).update(dict.fromkeys(known))
 
     def _drop(self, path: str) -> None:
         """Report ``path`` and every known node below it deleted, deepest first."""
@@ -249,7 +258,11 @@ class TreeWatcher:
             self._kids.pop(current, None)
             self._owner._notify(self.registration, EventKind.DELETED, current, None)
         if path != self.root:
-            self._kids.get(parent(path), set()).discard(path)
+            siblings = self._kids.get(parent(path))
+            if siblings is not None:
+                siblings.pop(path, None)
+                if not siblings:
+                    del self._kids[parent(path)]
 
     def _watched_children(self, path: str, names: list[str]) -> list[str]:
         """The children to read and arm: excluded subtrees are never read, so they cost
