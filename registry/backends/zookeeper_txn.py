@@ -13,8 +13,8 @@ again, reading only what failed: the parents when a Create found one missing (or
 appeared), the deleted subtrees when a Delete found a child. A shared transaction of a
 group commit mixes many callers' ops: one job's first mark, whose ``running`` node is
 not there yet, must not make the next plan read the subtree of every mark the same batch
-removes: a round trip each, which the whole batch waits for, and fails with when a busy
-server is slow to answer them.
+removes: a round trip each, which the whole batch waits for (and fails with, when a busy
+server does not answer in time).
 Invariants kept here:
 
 - the caller learns the failing op by its own index (``TxnOpFailed``), never by a

@@ -188,7 +188,7 @@ class TreeWatcher:
         except KzNoNode:
             return  # deleted: its data watch reports it
         current = set(self._watched_children(path, names))
-        known = self._kids.get(path, {}).keys()
+        known = set(self._kids.get(path, ()))  # a copy: _drop below changes the map
         for gone in sorted(known - current):
             self._drop(gone)
         new = sorted(current - known)
