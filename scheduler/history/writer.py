@@ -8,7 +8,8 @@ it is back; a batch it refused for its rows' sake (a constraint, a value it cann
 is written in halves down to the rows at fault, which alone are dropped, counted and
 logged, so one bad row never holds back the others nor the rows after it; the schema is
 created by this thread, so a database down at start-up delays history, never the
-scheduler.
+scheduler, and checked again after any failed write, so history survives its tables being
+dropped.
 """
 
 from __future__ import annotations
@@ -227,6 +228,9 @@ class HistoryWriter:
                     self.enforce_retention()
             except Exception as exc:
                 self.errors += 1
+                # the schema is checked again before the next try: a table dropped or a
+                # database replaced meanwhile is created anew, and the rows go on
+                self._schema_ready = False
                 now = time.monotonic()
                 if self._down_since is None or now - self._last_down_log >= _DOWN_LOG_INTERVAL:
                     self._last_down_log = now

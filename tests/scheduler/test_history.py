@@ -263,6 +263,33 @@ def test_rows_the_database_refuses_are_dropped_alone(history_url: str) -> None:
     assert [r.sharding_item for r in stored] == [2**40 if i == 11 else i for i in kept]  # never wrapped
 
 
+def test_tables_dropped_under_a_running_writer_are_created_again(history_url: str) -> None:
+    """The writer checks the schema again after a failed write: history dropped by hand (or a
+    database replaced by an empty one) resumes in new tables, losing only what was dropped."""
+    from scheduler.history.engine import make_engine
+
+    def row(i: int) -> tuple[object, ...]:  # COLUMNS["executions"] order
+        return ("dropped", "t", "h", "127.0.0.1", "i", i, None, 1, float(i), "NORMAL", float(i), float(i), True,
+                "success", None, 1)  # fmt: skip
+
+    writer = HistoryWriter(history_url, flush_interval=0.05, retry_interval=0.1, max_age=None)
+    writer.start()
+    engine = make_engine(history_url)
+    try:
+        writer.put_row("executions", row(0))
+        assert writer.flush(30)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE job_execution_log")
+        writer.put_row("executions", row(1))
+        writer.put_row("executions", row(2))
+        assert writer.flush(30), "the rows after the drop never reached the database"
+    finally:
+        writer.close()
+        engine.dispose()
+    assert [r.sharding_item for r in sorted(rows(history_url, "dropped"), key=lambda r: r.fire_time)] == [1, 2]
+    assert writer.errors >= 1 and writer.dropped == 0 and writer.rejected == 0
+
+
 def test_the_writers_column_order_is_the_schemas() -> None:
     """The recorder hands rows over as tuples in ``COLUMNS`` order; the INSERT and COPY
     take them in that order too, so it must be the tables' own."""
