@@ -141,13 +141,14 @@ class CountingRegistry:
         *,
         initial: bool = False,
         exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
     ) -> Watch:
         def counted(event: Event) -> None:
             with self._lock:
                 self.events += 1
             callback(event)
 
-        return self._inner.watch(path, counted, initial=initial, exclude=exclude)
+        return self._inner.watch(path, counted, initial=initial, exclude=exclude, leaves=leaves)
 
     def flush_events(self, timeout: float = 5.0) -> bool:
         return self._inner.flush_events(timeout)

@@ -234,6 +234,7 @@ class RegistryCenter(Protocol):
         *,
         initial: bool = False,
         exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
     ) -> Watch:
         """Deliver every change at or below ``path``, in order per node, from now on.
 
@@ -246,6 +247,12 @@ class RegistryCenter(Protocol):
         per node (ZooKeeper) none is armed. It exists so that hot, churning subtrees
         (running marks, written twice per fire by every instance) cost the instances that
         cache a job's subtree nothing.
+
+        ``leaves`` (a predicate on paths at or below ``path``) names nodes the caller knows
+        never have children: they are reported, but nothing below them is (as if excluded),
+        and where the backend arms watches per node (ZooKeeper) none is armed for their
+        children. A job's layout is mostly such nodes, and each would otherwise cost a
+        children read and a child watch.
         """
         ...
 

@@ -34,7 +34,7 @@ from scheduler.runner import JobRunner, Runtime
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import InstanceIdentity, ShardingError
-from sharding.layout import JobPaths, is_running_marks, validate_job_name
+from sharding.layout import JobPaths, is_leaf, is_running_marks, validate_job_name
 from sharding.layout_version import LayoutUpgrader, check_runnable
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ class Scheduler:
                 if isinstance(self._registry_source, str)
                 else self._registry_source
             )
-            cache = TreeCache(reg, "/", exclude=is_running_marks)
+            cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf)
             try:
                 check_runnable(reg)  # before anything is written: a layout we cannot run on
                 cache.start()

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from registry.paths import join
+from registry.paths import join, parent
 
-__all__ = ["SYSTEM_ROOT", "JobPaths", "is_running_marks", "validate_job_name"]
+__all__ = ["SYSTEM_ROOT", "JobPaths", "is_leaf", "is_running_marks", "validate_job_name"]
 
 #: shardjob's own nodes beside the jobs (the layout version, ZooKeeper's clock node): a
 #: name no job may take
@@ -125,3 +125,35 @@ class JobPaths:
 
     def shutdown(self, instance_id: str) -> str:
         return join(self.shutdowns, instance_id)
+
+
+def _leaf_tails() -> frozenset[tuple[str, ...]]:
+    """The job-relative segments of every node ``is_leaf`` names, ``*`` for a name that
+    varies: taken from ``JobPaths`` itself, so the two cannot drift apart."""
+    sample = JobPaths("job")
+    paths = [
+        sample.config,
+        sample.instance("*"),
+        sample.server("*"),
+        sample.leader,
+        join(parent(sample.leader), "term"),  # the election's term (registry/recipes/election.py)
+        sample.necessary,
+        sample.assignment,
+        sample.disabled_items,
+        sample.trigger("*"),
+        sample.shutdown("*"),
+    ]
+    return frozenset(tuple(path.split("/")[2:]) for path in paths)
+
+
+_LEAF_TAILS = _leaf_tails()
+_LEAF_WILDCARDS = frozenset(tail[:-1] for tail in _LEAF_TAILS if tail[-1] == "*")
+
+
+def is_leaf(path: str) -> bool:
+    """Whether ``path`` is one of a job's nodes that never have children (its config, an
+    instance, a server, the election's nodes, the resharding flag, the assignment, the
+    disabled items, a trigger or shutdown request): caches of a job's subtree name them as
+    ``leaves``, so on ZooKeeper they cost a data watch and no child watch."""
+    tail = tuple(path.split("/")[2:])
+    return tail in _LEAF_TAILS or (len(tail) > 1 and tail[:-1] in _LEAF_WILDCARDS)

@@ -43,7 +43,7 @@ from sharding.errors import ShardingError, ShardingTimeout
 from sharding.failover import FailoverEntry, FailoverQueue, MissedFires, RunTrace, plan_entries
 from sharding.instance import InstanceIdentity
 from sharding.job_state import JobState, disabled_items, instance_record, server_status
-from sharding.layout import JobPaths, is_running_marks
+from sharding.layout import JobPaths, is_leaf, is_running_marks
 from sharding.membership import Membership
 from sharding.operations import plan_items, plan_servers, plan_vacancies
 from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
@@ -116,7 +116,7 @@ class ShardingService:
         self._executor = executor
         self._own_cache = cache is None
         self._cache = (
-            cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks)
+            cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks, leaves=is_leaf)
         )
         if not is_below(self.paths.root, self._cache.root):
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")

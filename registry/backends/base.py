@@ -35,7 +35,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, excluded_below, is_below, validate_path
+from registry.paths import Namespace, excluded_below, is_below, parent, validate_path
 from registry.protocol import (
     Characteristic,
     Check,
@@ -174,6 +174,18 @@ class Dispatcher:
             thread.join(timeout)
 
 
+def _below_leaves(
+    excluded: Callable[[str], bool] | None, leaf: Callable[[str], bool]
+) -> Callable[[str], bool]:
+    """A watch's exclusion with ``leaf`` nodes' children added to it: every backend then
+    leaves out what is below a leaf exactly as it leaves out an excluded subtree."""
+
+    def excluded_or_below_leaf(stored: str) -> bool:
+        return leaf(parent(stored)) or (excluded is not None and excluded(stored))
+
+    return excluded_or_below_leaf
+
+
 #: paths whose ``covers`` answer a watch with ``exclude`` remembers
 _COVERED_MEMO = 65_536
 
@@ -189,8 +201,11 @@ class WatchRegistration:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
     backend_state: object = None
-    # the caller's ``exclude``, on stored paths strictly below the root
+    # the caller's ``exclude`` and the children of its ``leaves``, on stored paths
+    # strictly below the root
     excluded: Callable[[str], bool] | None = None
+    # the caller's ``leaves``, on stored paths: nodes whose children need no watch
+    leaf: Callable[[str], bool] | None = None
     # covers() by path: the same few paths (running marks) change on every fire
     _covered: dict[str, bool] = field(default_factory=dict)
 
@@ -328,18 +343,24 @@ class BaseRegistry(abc.ABC):
         *,
         initial: bool = False,
         exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
     ) -> Watch:
         stored = self._stored(path)
         if not callable(callback):
             raise ValueError("watch callback must be callable")
         if exclude is not None and not callable(exclude):
             raise ValueError("watch exclude must be a predicate on paths (callable) or None")
+        if leaves is not None and not callable(leaves):
+            raise ValueError("watch leaves must be a predicate on paths (callable) or None")
         watch = Watch(path, self._cancel_watch)
+        excluded = None if exclude is None else self._on_client_paths(exclude, "exclude", "the node is included")
+        leaf = None if leaves is None else self._on_client_paths(leaves, "leaves", "its children are followed")
         registration = WatchRegistration(
             watch=watch,
             root=stored,
             callback=callback,
-            excluded=None if exclude is None else self._on_client_paths(exclude),
+            excluded=excluded if leaf is None else _below_leaves(excluded, leaf),
+            leaf=leaf,
         )
         with self._watches_lock:
             self._watches = (*self._watches, registration)
@@ -351,18 +372,22 @@ class BaseRegistry(abc.ABC):
             raise
         return watch
 
-    def _on_client_paths(self, exclude: Callable[[str], bool]) -> Callable[[str], bool]:
+    def _on_client_paths(
+        self, predicate: Callable[[str], bool], name: str, otherwise: str
+    ) -> Callable[[str], bool]:
+        """The watch's ``name`` predicate (on client paths) on stored paths. Where it raises
+        it answers False, and the log says ``otherwise``: what that answer means."""
         to_client = self._ns.to_client
 
-        def excluded(stored: str) -> bool:
+        def on_stored(stored: str) -> bool:
             try:
-                return bool(exclude(to_client(stored)))
+                return bool(predicate(to_client(stored)))
             except Exception:
                 # a predicate that raises must not wedge the backend's watch thread
-                log.exception("watch exclude predicate raised on %s; the node is included", stored)
+                log.exception("watch %s predicate raised on %s; %s", name, stored, otherwise)
                 return False
 
-        return excluded
+        return on_stored
 
     def _cancel_watch(self, watch: Watch) -> None:
         with self._watches_lock:

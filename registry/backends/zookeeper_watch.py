@@ -5,8 +5,9 @@ a data watch and a child watch on every node of its subtree (an ``exists`` watch
 root while it is absent), re-reading a node whenever its watch fires (which re-arms it).
 kazoo also forgets every watch when the connection drops (it does not re-register them on
 reconnect), so after any gap the whole subtree is read again and handed to ``_resync``.
-Cost: two pipelined requests per node, paid when the watch starts and again after every
-reconnect (BENCHMARKS.md has what that takes).
+Cost: two pipelined requests per node (one for a node the watch's ``leaves`` names: it
+gets no child watch), paid when the watch starts and again after every reconnect
+(BENCHMARKS.md has what that takes).
 
 Invariants kept here:
 
@@ -18,7 +19,8 @@ Invariants kept here:
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
 - parents are reported before their children, deletions deepest first;
 - a cancelled (or failed-to-start) registration ignores every later notification;
-- an excluded node (the watch's ``exclude``) is never read, so nothing below it is armed.
+- an excluded node (the watch's ``exclude``) is never read, so nothing below it is armed;
+  a leaf (the watch's ``leaves``) is read, but never listed.
 """
 
 from __future__ import annotations
@@ -276,9 +278,11 @@ class TreeWatcher:
     def _scan(
         self, starts: list[str], deadline: float
     ) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
-        """Read ``starts`` and their subtrees, level by level, arming a data and a child
-        watch on each node read. Returns (path, node, czxid) parents first, and children."""
+        """Read ``starts`` and their subtrees, level by level, arming a data watch on each
+        node read and a child watch on each but the watch's leaves (whose children it
+        leaves out). Returns (path, node, czxid) parents first, and children."""
         client = self._io.client
+        leaf = self.registration.leaf
         found: list[tuple[str, Node, int]] = []
         kids: dict[str, list[str]] = {}
         level = list(starts)
@@ -290,7 +294,7 @@ class TreeWatcher:
                     (
                         p,
                         client.get_async(p, watch=self.on_data),
-                        client.get_children_async(p, watch=self.on_child),
+                        None if leaf is not None and leaf(p) else client.get_children_async(p, watch=self.on_child),
                     )
                     for p in chunk
                 ]
@@ -300,7 +304,7 @@ class TreeWatcher:
                     except (KzNoNode, NoAuthError):
                         continue  # gone, or not ours to read: skip it and what is below
                     try:
-                        names = self._io.wait(kids_result, deadline)
+                        names = [] if kids_result is None else self._io.wait(kids_result, deadline)
                     except (KzNoNode, NoAuthError):
                         names = []  # deleted since the data read: its data watch fires
                     children = self._watched_children(path, names)

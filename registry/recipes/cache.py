@@ -28,14 +28,21 @@ _CHECKED_MEMO = 65_536
 
 class TreeCache:
     """Mirror of ``path`` and everything below it, but for the subtrees ``exclude`` names
-    (see ``RegistryCenter.watch``): reading one of those raises, as a path outside would."""
+    and what lies below the nodes ``leaves`` names (see ``RegistryCenter.watch``): reading
+    one of those raises, as a path outside would."""
 
     def __init__(
-        self, reg: RegistryCenter, path: str, *, exclude: Callable[[str], bool] | None = None
+        self,
+        reg: RegistryCenter,
+        path: str,
+        *,
+        exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
     ) -> None:
         self._reg = reg
         self._root = validate_path(path)
         self._exclude = exclude
+        self._leaves = leaves
         self._checked: set[str] = set()
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer
@@ -68,7 +75,9 @@ class TreeCache:
         if self._watch is not None:
             return self
         self._closed = False
-        self._watch = self._reg.watch(self._root, self._apply, initial=True, exclude=self._exclude)
+        self._watch = self._reg.watch(
+            self._root, self._apply, initial=True, exclude=self._exclude, leaves=self._leaves
+        )
         if not self._reg.flush_events(timeout):
             self.close()
             raise RegistryError(f"cache of {self._root}: initial load not delivered within {timeout:g}s")
@@ -186,9 +195,21 @@ class TreeCache:
             raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
         if self._exclude is not None and excluded_below(path, self._root, self._exclude):
             raise ValueError(f"{path!r} is in a subtree the cache of {self._root!r} excludes")
+        if self._leaves is not None and self._below_leaf(path):
+            raise ValueError(f"{path!r} lies below a node the cache of {self._root!r} treats as a leaf")
         if len(self._checked) >= _CHECKED_MEMO:
             self._checked.clear()
         self._checked.add(path)  # absent nodes read on every fire (flags) are checked once
+
+    def _below_leaf(self, path: str) -> bool:
+        """Whether a proper ancestor of ``path`` (``path`` in the cached subtree), the root
+        included, is a node ``leaves`` names."""
+        assert self._leaves is not None
+        while path != self._root:
+            path = parent(path)
+            if self._leaves(path):
+                return True
+        return False
 
     def _apply(self, event: Event) -> None:
         with self._changed:

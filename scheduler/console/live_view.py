@@ -30,7 +30,7 @@ from registry.protocol import Event, Node, RegistryCenter
 from registry.recipes.cache import TreeCache
 from scheduler.cluster_views import JobBrief, JobDetail, ServerBrief, brief_of, detail_of, servers_of
 from sharding.job_state import JobState
-from sharding.layout import JobPaths, is_running_marks
+from sharding.layout import JobPaths, is_leaf, is_running_marks
 from sharding.operations import NoSuchJob
 
 __all__ = ["LiveView"]
@@ -41,7 +41,7 @@ class LiveView:
 
     def __init__(self, reg: RegistryCenter) -> None:
         self._reg = reg
-        self._cache = TreeCache(reg, "/", exclude=is_running_marks)
+        self._cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf)
         self._lock = threading.Lock()
         #: job name -> its decoded state, while no event touched its subtree since
         self._decoded: dict[str, JobState] = {}

@@ -361,6 +361,51 @@ def test_exclude_holds_across_a_session_expiry(harness: Harness) -> None:
     assert not [p for p in log.paths() if "/hot" in p], log.events
 
 
+def _is_leaf(path: str) -> bool:
+    return path.endswith("/leaf")
+
+
+def test_leaves_are_reported_and_nothing_below_them(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    writer.put("/w/leaf", b"1")
+    writer.put("/w/leaf/old", b"1")  # against the caller's word: left out all the same
+    writer.put("/w/inner/x", b"1")
+    log = EventLog()
+    reg.watch("/w", log, initial=True, leaves=_is_leaf)
+    log.wait(CREATED, "/w/inner/x", b"1")
+    assert log.has(CREATED, "/w/leaf", b"1")
+    writer.put("/w/leaf", b"2")
+    log.wait(UPDATED, "/w/leaf", b"2")
+    writer.put("/w/leaf/new", b"3")
+    writer.put("/w/leaf/deep/er", b"4")
+    writer.put("/w/inner/leaf", b"5")  # a leaf deeper down: reported, its children not
+    writer.put("/w/inner/leaf/below", b"6")
+    writer.put("/w/inner/y", b"7")
+    writer.delete("/w/leaf")
+    log.wait(DELETED, "/w/leaf")
+    writer.put("/w/leaf", b"8")  # created again: reported again
+    log.wait(CREATED, "/w/leaf", b"8")
+    wait_marker(reg, log, writer, "/w/marker")
+    assert log.has(CREATED, "/w/inner/leaf", b"5") and log.has(CREATED, "/w/inner/y", b"7")
+    assert not [p for p in log.paths() if "/leaf/" in p], log.events
+
+
+def test_leaves_and_exclude_together(harness: Harness, reg: BaseRegistry) -> None:
+    writer = peer(harness, reg)
+    log = EventLog()
+    reg.watch("/w", log, exclude=_under_hot, leaves=_is_leaf)
+    writer.put("/w/hot/leaf", b"1")  # excluded, though a leaf
+    writer.put("/w/leaf/hot", b"2")  # below a leaf
+    writer.put("/w/x/leaf", b"3")
+    wait_marker(reg, log, writer, "/w/marker")
+    assert sorted({e.path for e in log.events} - {"/w/marker"}) == ["/w", "/w/leaf", "/w/x", "/w/x/leaf"]
+
+
+def test_leaves_must_be_a_predicate(reg: BaseRegistry) -> None:
+    with pytest.raises(ValueError, match="leaves"):
+        reg.watch("/w", EventLog(), leaves="/w/leaf")  # type: ignore[arg-type]
+
+
 def test_exclude_must_be_a_predicate(reg: BaseRegistry) -> None:
     with pytest.raises(ValueError, match="exclude"):
         reg.watch("/w", EventLog(), exclude="/w/hot")  # type: ignore[arg-type]

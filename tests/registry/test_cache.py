@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from registry.backends.base import BaseRegistry
 from registry.recipes.cache import TreeCache
 from tests.waiting import blocked_in, wait_for
@@ -119,3 +121,19 @@ def test_a_wait_may_read_the_cache_in_its_predicate(reg: BaseRegistry) -> None:
     finally:
         if not thread.is_alive():  # a deadlocked waiter holds the lock close() needs
             cache.close()
+
+
+def test_a_cache_with_leaves_holds_them_and_refuses_reads_below(reg: BaseRegistry) -> None:
+    reg.put("/c/job/config", b"1")
+    reg.put("/c/job/config/stray", b"2")  # a child the caller said would not be there
+    cache = TreeCache(reg, "/c", leaves=lambda p: p.endswith("/config")).start()
+    try:
+        node = cache.get_node("/c/job/config")
+        assert node is not None and node.value == b"1"
+        assert cache.children("/c/job/config") == []
+        with pytest.raises(ValueError, match="leaf"):
+            cache.get_node("/c/job/config/stray")
+        reg.put("/c/job/config", b"3")
+        assert cache.wait_until(lambda: (n := cache.get_node("/c/job/config")) is not None and n.value == b"3", PROMPT)
+    finally:
+        cache.close()

@@ -1,14 +1,19 @@
 """ZooKeeper arms one-shot watches node by node: an excluded subtree must get none, or
 every running mark written would still cost each watching client a re-read (the point of
-``exclude``). Read from kazoo's own watcher tables, the only place this shows."""
+``exclude``), and a leaf (``leaves``) no child watch, or it would cost a children read.
+Read from kazoo's own watcher tables, the only place this shows."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import registry
+from registry.backends.base import BaseRegistry
 from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.protocol import EventKind
 from tests.contract import EventLog, wait_marker
 from tests.waiting import wait_for
 
@@ -18,12 +23,22 @@ def _armed(reg: ZooKeeperRegistry) -> set[str]:
     return set(client._data_watchers) | set(client._child_watchers)
 
 
-def test_no_watch_is_armed_in_an_excluded_subtree(zk_server: Any) -> None:
-    namespace = "/excl" + uuid.uuid4().hex[:10]
+@contextlib.contextmanager
+def _watcher_and_writer(zk_server: Any) -> Iterator[tuple[str, ZooKeeperRegistry, BaseRegistry]]:
+    """A fresh namespace, the client that watches it, and another that writes."""
+    namespace = "/watch" + uuid.uuid4().hex[:10]
     reg = registry.connect(f"zk://{zk_server.address}{namespace}")
     writer = registry.connect(f"zk://{zk_server.address}{namespace}")
     try:
-        assert isinstance(reg, ZooKeeperRegistry)
+        assert isinstance(reg, ZooKeeperRegistry) and isinstance(writer, BaseRegistry)
+        yield namespace, reg, writer
+    finally:
+        writer.close()
+        reg.close()
+
+
+def test_no_watch_is_armed_in_an_excluded_subtree(zk_server: Any) -> None:
+    with _watcher_and_writer(zk_server) as (namespace, reg, writer):
         writer.put("/job/running/a", b"1")
         writer.put("/job/config", b"c")
         log = EventLog()
@@ -39,6 +54,21 @@ def test_no_watch_is_armed_in_an_excluded_subtree(zk_server: Any) -> None:
         wait_marker(reg, log, writer, "/job/marker2")
         wait_for(lambda: not [p for p in _armed(reg) if "/running" in p], 5.0)
         assert not [e for e in log.events if "/running" in e.path], log.events
-    finally:
-        writer.close()
-        reg.close()
+
+
+def test_a_leaf_gets_a_data_watch_and_no_child_watch(zk_server: Any) -> None:
+    with _watcher_and_writer(zk_server) as (namespace, reg, writer):
+        client = reg._io.client
+        writer.put("/job/config", b"c")
+        log = EventLog()
+        reg.watch("/", log, initial=True, leaves=lambda p: p.endswith("/config"))
+        writer.put("/job/other/config", b"d")  # a leaf adopted after the start
+        wait_marker(reg, log, writer, "/job/marker")
+        leaves = [f"{namespace}/job/config", f"{namespace}/job/other/config"]
+        assert all(leaf in client._data_watchers for leaf in leaves), sorted(client._data_watchers)
+        assert not [leaf for leaf in leaves if leaf in client._child_watchers], sorted(client._child_watchers)
+        assert f"{namespace}/job/other" in client._child_watchers  # not a leaf: listed and armed
+        writer.put("/job/config", b"e")  # the data watch alone reports what a leaf does
+        log.wait(EventKind.UPDATED, "/job/config", b"e")
+        writer.delete("/job/config")
+        log.wait(EventKind.DELETED, "/job/config")

@@ -513,13 +513,14 @@ class _FlagUnseen(CountingRegistry):
         *,
         initial: bool = False,
         exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
     ) -> Watch:
         flag = JobPaths(JOB).necessary
 
         def hidden(p: str) -> bool:
             return p == flag or (exclude is not None and exclude(p))
 
-        return super().watch(path, callback, initial=initial, exclude=hidden)
+        return super().watch(path, callback, initial=initial, exclude=hidden, leaves=leaves)
 
 
 def test_the_leader_reshards_on_its_own_flag_without_waiting_to_see_it(
