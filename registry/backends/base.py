@@ -35,7 +35,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, excluded_below, is_below, parent, validate_path
+from registry.paths import Namespace, is_below, parent, validate_path
 from registry.protocol import (
     Characteristic,
     Check,
@@ -214,9 +214,15 @@ class WatchRegistration:
             return is_below(stored_path, self.root)
         known = self._covered.get(stored_path)
         if known is None:
-            known = is_below(stored_path, self.root) and not excluded_below(
-                stored_path, self.root, self.excluded
-            )
+            # ``is_below and not excluded_below``, through the memo: a job's dozen nodes
+            # share their ancestors, so each path's predicates run once, not once per
+            # descendant (a parent already left out spares its children theirs)
+            if stored_path == self.root:
+                known = True
+            elif not is_below(stored_path, self.root):
+                known = False
+            else:
+                known = self.covers(parent(stored_path)) and not self.excluded(stored_path)
             if len(self._covered) >= _COVERED_MEMO:
                 self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
             self._covered[stored_path] = known
