@@ -138,6 +138,7 @@ def _leaf_tails() -> frozenset[tuple[str, ...]]:
         sample.leader,
         join(parent(sample.leader), "term"),  # the election's term (registry/recipes/election.py)
         sample.necessary,
+        sample.failover_items,
         sample.assignment,
         sample.disabled_items,
         sample.trigger("*"),
@@ -152,8 +153,9 @@ _LEAF_WILDCARDS = frozenset(tail[:-1] for tail in _LEAF_TAILS if tail[-1] == "*"
 
 def is_leaf(path: str) -> bool:
     """Whether ``path`` is one of a job's nodes that never have children (its config, an
-    instance, a server, the election's nodes, the resharding flag, the assignment, the
-    disabled items, a trigger or shutdown request): caches of a job's subtree name them as
-    ``leaves``, so on ZooKeeper they cost a data watch and no child watch."""
+    instance, a server, the election's nodes, the resharding flag, the failover queue, the
+    assignment, the disabled items, a trigger or shutdown request): caches of a job's
+    subtree name them as ``leaves``, so on ZooKeeper they cost a data watch and no child
+    watch."""
     tail = tuple(path.split("/")[2:])
     return tail in _LEAF_TAILS or (len(tail) > 1 and tail[:-1] in _LEAF_WILDCARDS)

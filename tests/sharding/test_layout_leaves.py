@@ -20,12 +20,13 @@ def test_is_leaf_names_the_childless_nodes_of_any_job() -> None:
     term = f"{parent(paths.leader)}/term"
     leaves = [
         paths.config, paths.instance("10.0.0.1@-@a"), paths.server("10.0.0.1"), paths.leader, term,
-        paths.necessary, paths.assignment, paths.disabled_items, paths.trigger("a"), paths.shutdown("a"),
+        paths.necessary, paths.failover_items, paths.assignment, paths.disabled_items, paths.trigger("a"),
+        paths.shutdown("a"),
     ]  # fmt: skip
     inner = [
         "/", paths.root, paths.instances, paths.servers, parent(paths.leader), parent(parent(paths.leader)),
         parent(paths.necessary), parent(paths.assignment), paths.running, paths.guarantee, paths.failover,
-        paths.failover_items, paths.triggers, paths.shutdowns, SYSTEM_ROOT, f"{paths.config}/x",
+        paths.triggers, paths.shutdowns, SYSTEM_ROOT, f"{paths.config}/x",
         f"{paths.instances}/a/b",
     ]  # fmt: skip
     assert [p for p in leaves if not is_leaf(p)] == []
