@@ -195,21 +195,12 @@ class TreeCache:
             raise ValueError(f"{path!r} is outside the cached subtree {self._root!r}")
         if self._exclude is not None and excluded_below(path, self._root, self._exclude):
             raise ValueError(f"{path!r} is in a subtree the cache of {self._root!r} excludes")
-        if self._leaves is not None and self._below_leaf(path):
+        leaves = self._leaves
+        if leaves is not None and excluded_below(path, self._root, lambda p: leaves(parent(p))):
             raise ValueError(f"{path!r} lies below a node the cache of {self._root!r} treats as a leaf")
         if len(self._checked) >= _CHECKED_MEMO:
             self._checked.clear()
         self._checked.add(path)  # absent nodes read on every fire (flags) are checked once
-
-    def _below_leaf(self, path: str) -> bool:
-        """Whether a proper ancestor of ``path`` (``path`` in the cached subtree), the root
-        included, is a node ``leaves`` names."""
-        assert self._leaves is not None
-        while path != self._root:
-            path = parent(path)
-            if self._leaves(path):
-                return True
-        return False
 
     def _apply(self, event: Event) -> None:
         with self._changed:

@@ -411,22 +411,32 @@ def test_exclude_must_be_a_predicate(reg: BaseRegistry) -> None:
         reg.watch("/w", EventLog(), exclude="/w/hot")  # type: ignore[arg-type]
 
 
-def test_a_raising_exclude_includes_the_node_and_keeps_the_watch(
-    harness: Harness, reg: BaseRegistry, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("option", ["exclude", "leaves"])
+def test_a_raising_predicate_includes_the_node_and_keeps_the_watch(
+    harness: Harness, reg: BaseRegistry, caplog: pytest.LogCaptureFixture, option: str
 ) -> None:
+    """A predicate that raises answers False: ``exclude`` includes the node, ``leaves``
+    follows its children; the watch lives and the log names the predicate."""
     writer = peer(harness, reg)
+    normal = _under_hot if option == "exclude" else _is_leaf
 
     def broken(path: str) -> bool:
         if path.endswith("/boom"):
             raise RuntimeError("predicate bug")
-        return _under_hot(path)
+        return normal(path)
 
     log = EventLog()
     with caplog.at_level(logging.ERROR, logger="registry"):
-        reg.watch("/w", log, exclude=broken)
+        reg.watch("/w", log, **{option: broken})
         writer.put("/w/boom", b"1")
+        writer.put("/w/boom/child", b"2")
         writer.put("/w/hot", b"2")
+        writer.put("/w/leaf/child", b"3")
         log.wait(CREATED, "/w/boom", b"1")
+        log.wait(CREATED, "/w/boom/child", b"2")
         wait_marker(reg, log, writer, "/w/marker")
-    assert not log.has(CREATED, "/w/hot")
-    assert any("exclude predicate raised" in r.getMessage() for r in caplog.records)
+    if option == "exclude":
+        assert not log.has(CREATED, "/w/hot")
+    else:
+        assert log.has(CREATED, "/w/leaf") and not log.has(CREATED, "/w/leaf/child")
+    assert any(f"{option} predicate raised" in r.getMessage() for r in caplog.records)
