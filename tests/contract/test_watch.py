@@ -427,7 +427,10 @@ def test_a_raising_predicate_includes_the_node_and_keeps_the_watch(
 
     log = EventLog()
     with caplog.at_level(logging.ERROR, logger="registry"):
-        reg.watch("/w", log, **{option: broken})
+        if option == "exclude":
+            reg.watch("/w", log, exclude=broken)
+        else:
+            reg.watch("/w", log, leaves=broken)
         writer.put("/w/boom", b"1")
         writer.put("/w/boom/child", b"2")
         writer.put("/w/hot", b"2")
