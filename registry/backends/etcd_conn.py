@@ -2,7 +2,8 @@
 
 Invariants kept here:
 - every RPC carries a deadline; every failure leaves as a ``registry.errors`` exception;
-- idempotent calls are retried with tenacity on connection loss within ``connect_timeout``;
+- idempotent calls are retried (``retrying.call_with_retries``) on connection loss within
+  ``connect_timeout``;
   a write is retried only when gRPC proves it never left the client, never when its
   outcome is unknown;
 - an expired auth token (or one a restarted server forgot) is renewed once and the call
@@ -30,7 +31,6 @@ from typing import Any, TypeVar
 
 import grpc
 import pyetcd
-import tenacity
 from pyetcd import etcdrpc
 
 from registry.backends.etcd_errors import (
@@ -40,6 +40,7 @@ from registry.backends.etcd_errors import (
     is_not_sent,
     translate,
 )
+from registry.backends.retrying import call_with_retries
 from registry.errors import RegistryConnectionError, RegistryError
 from registry.url import RegistryURL
 
@@ -71,6 +72,10 @@ class _Transient(Exception):
         super().__init__(str(error))
         self.error = error
         self.cause = cause
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, _Transient)
 
 
 class _TargetEndpoint(pyetcd.Endpoint):  # type: ignore[misc]
@@ -201,20 +206,15 @@ class EtcdConnection:
         if budget is None:
             budget = self._parsed.connect_timeout
         deadline = time.monotonic() + budget
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(budget),
-            wait=tenacity.wait_exponential(multiplier=0.02, max=0.5),
-            retry=tenacity.retry_if_exception_type(_Transient),
-            reraise=True,
-        )
+
+        def attempt() -> _T:
+            timeout = max(0.05, min(self.call_timeout, deadline - time.monotonic()))
+            return self._once(action, fn, timeout, idempotent)
+
         try:
-            for attempt in retrying:
-                with attempt:
-                    timeout = max(0.05, min(self.call_timeout, deadline - time.monotonic()))
-                    return self._once(action, fn, timeout, idempotent)
+            return call_with_retries(attempt, transient=_is_transient, budget=budget)
         except _Transient as transient:
             raise transient.error from transient.cause
-        raise AssertionError("unreachable: tenacity either returns or raises")
 
     def _once(self, action: str, fn: Callable[[Any, float, Any], _T], timeout: float, idempotent: bool) -> _T:
         if self._closed:

@@ -5,7 +5,7 @@ Invariants kept here:
 - no kazoo exception leaves this module unmapped: every failure becomes a class from
   :mod:`registry.errors` (paths in node errors stay *stored* paths; the base class rewrites
   them), and no message names more than the hosts (never a password);
-- idempotent reads are retried with tenacity while the connection is down or drops,
+- idempotent reads are retried (``retrying.call_with_retries``) while the connection is down or drops,
   bounded by ``connect_timeout``;
 - a write is sent once, and only while connected (kazoo would otherwise queue it and send
   it whenever the connection returns); when its answer never comes the caller gets
@@ -47,8 +47,8 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Auth, Connect
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from registry.backends.retrying import call_with_retries
 from registry.errors import (
     BadVersionError,
     NodeExistsError,
@@ -155,14 +155,8 @@ class ZkIO:
                 raise NotConnected()
             return fn(deadline)
 
-        retrying = Retrying(
-            stop=stop_after_delay(self.connect_timeout),
-            wait=wait_exponential(multiplier=0.02, max=0.5),
-            retry=retry_if_exception(is_connection_failure),
-            reraise=True,
-        )
         try:
-            return retrying(attempt)
+            return call_with_retries(attempt, transient=is_connection_failure, budget=self.connect_timeout)
         except (KazooException, KazooTimeoutError, NotConnected) as exc:
             raise self.map_error(exc, path, action="read") from None
 
