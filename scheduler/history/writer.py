@@ -10,6 +10,13 @@ logged, so one bad row never holds back the others nor the rows after it; the sc
 created by this thread, so a database down at start-up delays history, never the
 scheduler, and checked again after any failed write, so history survives its tables being
 dropped.
+
+Batches are large on purpose: a batch waits for ``batch_size`` rows or ``flush_interval``
+since the previous one (a flush or a close does not wait). Every item run adds a row to
+each table's per-job index at that job's end of it, so a transaction dirties about one
+index page per job whatever its size, and SQLite writes each dirty page to its log and
+copies it back at the next checkpoint: fewer, larger transactions pay that once for many
+rows (BENCHMARKS.md, observability).
 """
 
 from __future__ import annotations
@@ -87,7 +94,8 @@ class HistoryWriter:
     """Write execution and status-trace rows to the database at ``url``.
 
     ``max_age`` (seconds) and ``max_rows`` (per table) bound what is kept; ``None`` keeps
-    everything. ``buffer_size`` rows wait at most; ``batch_size`` go in one transaction.
+    everything. ``buffer_size`` rows wait at most; ``batch_size`` go in one transaction,
+    written once that many wait or ``flush_interval`` seconds after the previous batch.
     """
 
     def __init__(
@@ -95,8 +103,8 @@ class HistoryWriter:
         url: str,
         *,
         buffer_size: int = 100_000,
-        batch_size: int = 1000,
-        flush_interval: float = 0.5,
+        batch_size: int = 10_000,
+        flush_interval: float = 2.0,
         max_age: float | None = 30 * 86400.0,
         max_rows: int | None = None,
         retention_interval: float = 300.0,
@@ -120,6 +128,10 @@ class HistoryWriter:
         self._retry_interval = retry_interval
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        #: set by ``flush``: write what waits now, without waiting for a full batch
+        self._hurry = threading.Event()
+        #: when the rows waiting are due, unless a full batch or a flush comes first
+        self._next_batch = 0.0
         self._stop = threading.Event()
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
         self._schema_ready = False
@@ -208,6 +220,7 @@ class HistoryWriter:
                 empty = not self._buffer and not self._pending
             if empty:
                 return True
+            self._hurry.set()
             self._wake.set()
             time.sleep(0.02)  # the polling interval of a bounded wait
         return False
@@ -252,7 +265,8 @@ class HistoryWriter:
             if stopping and not progressed:
                 return
             if not progressed:
-                self._wake.wait(self._flush_interval)
+                due_in = self._next_batch - time.monotonic() if self._buffer else self._flush_interval
+                self._wake.wait(max(0.001, due_in))
                 self._wake.clear()
 
     def _write_once(self) -> bool:
@@ -263,10 +277,14 @@ class HistoryWriter:
             ensure_schema(self._engine)
             self._schema_ready = True
         if not self._pending:
+            if not self._batch_due():
+                return False
             with self._lock:
                 take = min(self._batch_size, len(self._buffer))
                 self._pending = [self._buffer.popleft() for _ in range(take)]
+            self._next_batch = time.monotonic() + self._flush_interval
         if not self._pending:
+            self._hurry.clear()  # nothing waits: a flush in progress has what it waited for
             return False
         try:
             self._write(self._pending)
@@ -279,6 +297,16 @@ class HistoryWriter:
             self.written += len(self._pending)
             self._pending = []
         return True
+
+    def _batch_due(self) -> bool:
+        """Whether the rows waiting go now: a full batch, a flush or a close asked for, or
+        ``flush_interval`` passed since the previous batch."""
+        return (
+            len(self._buffer) >= self._batch_size
+            or self._hurry.is_set()
+            or self._stop.is_set()
+            or time.monotonic() >= self._next_batch
+        )
 
     def _write(self, pending: list[tuple[str, tuple[Any, ...]]]) -> None:
         """``pending`` rows in one transaction."""

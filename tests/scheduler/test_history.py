@@ -300,7 +300,7 @@ def test_the_writers_column_order_is_the_schemas() -> None:
         assert COLUMNS[name] == tuple(c.name for c in table.columns if c.name != "id")
 
 
-def test_an_sqlite_history_keeps_a_write_ahead_log(tmp_path: Path) -> None:
+def test_an_sqlite_history_is_tuned_for_large_batches(tmp_path: Path) -> None:
     from scheduler.history.engine import make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path / 'runs.db'}")
@@ -308,6 +308,8 @@ def test_an_sqlite_history_keeps_a_write_ahead_log(tmp_path: Path) -> None:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10_000
+            assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -16_384
     finally:
         engine.dispose()
 
