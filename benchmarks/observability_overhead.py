@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks import observability_parts
 from benchmarks.charts import Charts
 from benchmarks.common import add_gc_threshold, base_parser, print_table, run_script, write_results
 from benchmarks.scheduler_lateness import SCRAPE_INTERVAL, _run_child, child_bound, pool_rounds
@@ -109,6 +110,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     )  # fmt: skip
                     rounds[label].append(figures)
                     print(f"round {index + 1}/{args.rounds} {label}: p99 {figures['lateness_ms']['p99']} ms", flush=True)
+            databases = {"SQLite": _database("sqlite", workdir, args.rounds, postgres)}
+            if postgres:
+                databases["PostgreSQL"] = _database("postgresql", workdir, args.rounds, postgres)
+            parts = observability_parts.measure(args.jobs, databases, seconds=60 if args.quick else 150)
         finally:
             if server is not None:
                 server.stop()
@@ -144,12 +149,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["variant", "fires", "p50 ms", "p99 ms", "x bare p99", "CPU us/fire", "x bare CPU", "scrape ms", "history rows"],
         [_row(r) for r in results],
     )
+    parts["floor_ratio"] = _floors(parts, bare["cpu_us_per_fire"])
+    print_table(
+        f"The parts, measured apart (CPU µs per fire; the bare run: {bare['cpu_us_per_fire']})",
+        ["part", "µs/fire", "floor x bare"],
+        _parts_rows(parts),
+    )
     payload = {
         "jobs": args.jobs,
         "duration": args.duration,
         "rounds": args.rounds,
         "gc_threshold": args.gc_threshold,
         "results": results,
+        "parts": parts,
     }
     write_results(NAME, args, payload)
     return payload
@@ -177,6 +189,35 @@ def _row(r: dict[str, Any]) -> list[object]:
     ]
 
 
+def _floors(parts: dict[str, Any], bare: float | None) -> dict[str, dict[str, float | None]]:
+    """Per database, on a fresh table and after ``parts["seconds"]``: (bare + both
+    observers + the drain) / bare, the least the variant with metrics and that history
+    can cost."""
+    both = parts["producers"].get("metrics + history")
+    return {
+        database: {
+            when: None if not bare or both is None else round((bare + both + us) / bare, 2)
+            for when, us in drain.items()
+        }
+        for database, drain in parts["drain"].items()
+    }
+
+
+def _parts_rows(parts: dict[str, Any]) -> list[list[object]]:
+    rows: list[list[object]] = [[f"observers: {p}", us, None] for p, us in parts["producers"].items()]
+    floors = parts.get("floor_ratio", {})
+    for database, drain in parts["drain"].items():
+        for when, label in (("first_30s", "first 30 s"), ("last_30s", f"last 30 s of {parts['seconds']}")):
+            rows.append(
+                [
+                    f"history writer to {database}, {label} ({parts['rows_per_fire']} rows per fire)",
+                    drain[when],
+                    floors.get(database, {}).get(when),
+                ]
+            )
+    return rows
+
+
 # -- BENCHMARKS.md ----------------------------------------------------------------------------
 def render(document: dict[str, Any], charts: Charts) -> str:
     lines = [
@@ -199,6 +240,22 @@ def render(document: dict[str, Any], charts: Charts) -> str:
     for r in document["results"]:
         cells = ["" if c is None else str(c) for c in _row(r)]
         lines.append("| " + " | ".join(cells) + " |")
+    parts = document.get("parts")
+    if parts:
+        lines += [
+            "",
+            "The parts, measured apart in one thread with the collector off "
+            "(`benchmarks/observability_parts.py`): the observers as the runner calls them for a fire of one "
+            "item, and the history writer's drain of the rows one fire leaves, fed the same jobs' fires for "
+            f"{parts['seconds']} simulated seconds (the variants above write 30 s of rows to fresh tables). The "
+            "floor is the bare run's CPU per fire plus both observers and the drain, over the bare run's: the "
+            "least that variant can cost.",
+            "",
+            "| part | CPU µs/fire | floor x bare |",
+            "|---|---|---|",
+        ]
+        for row in _parts_rows(parts):
+            lines.append("| " + " | ".join("" if c is None else str(c) for c in row) + " |")
     return "\n".join(lines)
 
 

@@ -175,6 +175,14 @@ def test_observability_overhead_quick(quick_run: Path) -> None:
             # the database is up throughout: every row written, none dropped or left behind
             assert figures["history_written"] > 0
             assert figures["history_dropped"] == figures["history_buffered"] == 0
+    parts = document["parts"]
+    assert set(parts["producers"]) == {"none", "metrics", "history", "metrics + history"}
+    assert parts["producers"]["metrics + history"] > parts["producers"]["none"] > 0
+    assert parts["rows_per_fire"] == 3.0  # an item run: its execution, RUNNING and FINISHED
+    assert "SQLite" in parts["drain"]
+    for database, drain in parts["drain"].items():
+        assert set(drain) == {"first_30s", "last_30s"} and all(us > 0 for us in drain.values()), database
+        assert all(ratio > 1.0 for ratio in parts["floor_ratio"][database].values()), database
 
 
 def test_elasticjob_count_is_derived_per_item() -> None:
