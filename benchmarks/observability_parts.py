@@ -69,14 +69,14 @@ def _drain(url: str, jobs: int, seconds: int, recorder_for: Any) -> dict[str, fl
     finally:
         writer.close()
     window = max(1, 30 // interval)
-    return {
-        "first_30s": round(sum(spent[1 : window + 1]) / len(spent[1 : window + 1]), 2),  # the schema aside
-        "last_30s": round(sum(spent[-window:]) / window, 2),
-    }
+    first = spent[1 : window + 1] or spent  # the first batch aside: it created the schema
+    last = spent[-window:]
+    return {"first_30s": round(sum(first) / len(first), 2), "last_30s": round(sum(last) / len(last), 2)}
 
 
 def measure(jobs: int, databases: dict[str, str], seconds: int = 150) -> dict[str, Any]:
-    """``{"producers": {part: µs/fire}, "drain": {database: {"first_30s", "last_30s"}},
+    """What each part costs, ``jobs`` every-second jobs, the drain over ``seconds`` (at
+    least 4): ``{"producers": {part: µs/fire}, "drain": {database: {"first_30s", "last_30s"}},
     "rows_per_fire": n, "seconds": seconds}``; ``databases`` maps a label to a history URL
     (an empty database)."""
     from scheduler import Scheduler
@@ -85,6 +85,8 @@ def measure(jobs: int, databases: dict[str, str], seconds: int = 150) -> dict[st
     from scheduler.history.writer import HistoryWriter
     from scheduler.metrics import MetricsObserver
 
+    if seconds < 4:
+        raise ValueError(f"the drain needs at least 4 simulated seconds, got {seconds}")
     fires = list(_fires(jobs))
     sched = Scheduler("memory://observability-parts")
     metrics = MetricsObserver(sched)

@@ -3,9 +3,9 @@ restarting) within a time budget, with exponential backoff.
 
 The trick: the first try is a plain call. tenacity's retry state costs ~15 us of CPU to
 build, which a start-up of 1,000 jobs would pay on ~10,000 calls that all succeed at once;
-it is built only after a transient failure, for what is left of the budget. As with
-tenacity alone, a call is tried at least once more after its first failure, even when
-the budget is spent by then.
+it is built only after a transient failure, for what is left of the budget. The first
+retry follows at once, the later ones after growing waits; as with tenacity alone, a call
+is tried at least once more after its first failure, even when the budget is spent.
 """
 
 from __future__ import annotations

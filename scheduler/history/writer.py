@@ -11,8 +11,9 @@ created by this thread, so a database down at start-up delays history, never the
 scheduler, and checked again after any failed write, so history survives its tables being
 dropped.
 
-Batches are large on purpose: a batch waits for ``batch_size`` rows or ``flush_interval``
-since the previous one (a flush or a close does not wait). Every item run adds a row to
+Batches are large on purpose: the writer writes every ``flush_interval``, in transactions
+of up to ``batch_size`` rows (a backlog goes in full batches at once; a flush or a close
+does not wait for the interval). Every item run adds a row to
 each table's per-job index at that job's end of it, so a transaction dirties about one
 index page per job whatever its size, and SQLite writes each dirty page to its log and
 copies it back at the next checkpoint: fewer, larger transactions pay that once for many
@@ -94,8 +95,8 @@ class HistoryWriter:
     """Write execution and status-trace rows to the database at ``url``.
 
     ``max_age`` (seconds) and ``max_rows`` (per table) bound what is kept; ``None`` keeps
-    everything. ``buffer_size`` rows wait at most; ``batch_size`` go in one transaction,
-    written once that many wait or ``flush_interval`` seconds after the previous batch.
+    everything. ``buffer_size`` rows wait at most; every ``flush_interval`` seconds they are
+    written in transactions of up to ``batch_size`` rows.
     """
 
     def __init__(
@@ -130,7 +131,7 @@ class HistoryWriter:
         self._wake = threading.Event()
         #: set by ``flush``: write what waits now, without waiting for a full batch
         self._hurry = threading.Event()
-        #: when the rows waiting are due, unless a full batch or a flush comes first
+        #: when the rows waiting are due, unless a backlog or a flush comes first
         self._next_batch = 0.0
         self._stop = threading.Event()
         self._pending: list[tuple[str, tuple[Any, ...]]] = []
@@ -299,8 +300,8 @@ class HistoryWriter:
         return True
 
     def _batch_due(self) -> bool:
-        """Whether the rows waiting go now: a full batch, a flush or a close asked for, or
-        ``flush_interval`` passed since the previous batch."""
+        """Whether the rows waiting go now: a full batch of them (a backlog), a flush or a
+        close asked for, or ``flush_interval`` passed since the previous batch."""
         return (
             len(self._buffer) >= self._batch_size
             or self._hurry.is_set()
