@@ -117,6 +117,13 @@ class HistoryWriter:
             raise ValueError(f"history max_age must be > 0 seconds or None, got {max_age!r}")
         if max_rows is not None and max_rows < 1:
             raise ValueError(f"history max_rows must be >= 1 or None, got {max_rows!r}")
+        for name, seconds in (
+            ("flush_interval", flush_interval),
+            ("retention_interval", retention_interval),
+            ("retry_interval", retry_interval),
+        ):
+            if not seconds > 0:  # NaN too
+                raise ValueError(f"history {name} must be > 0 seconds, got {seconds!r}")
         self.url = url
         self._engine = make_engine(url)  # a bad URL or a missing driver fails here
         self._buffer: collections.deque[tuple[str, tuple[Any, ...]]] = collections.deque()

@@ -1,10 +1,13 @@
 """When the history writer writes: every ``flush_interval``, in transactions of at most
-``batch_size`` rows, at once for a backlog, a flush or a close."""
+``batch_size`` rows, at once for a backlog, a flush or a close; and the settings it refuses."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from scheduler.history import HistoryWriter
 from tests.waiting import wait_for
@@ -35,3 +38,23 @@ def test_rows_gather_for_the_flush_interval_and_a_flush_does_not_wait(tmp_path: 
         assert writer.written == 9 and time.monotonic() - began < 1.2, "a flush waited for the interval"
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("buffer_size", 0),
+        ("batch_size", 0),
+        ("flush_interval", 0.0),
+        ("flush_interval", float("nan")),
+        ("retry_interval", -1.0),
+        ("retention_interval", 0.0),
+        ("max_age", 0.0),
+        ("max_rows", 0),
+    ],
+)
+def test_a_bad_setting_is_refused_by_name(tmp_path: Path, setting: str, value: float) -> None:
+    settings: dict[str, Any] = {setting: value}
+    with pytest.raises(ValueError, match=setting):
+        HistoryWriter(f"sqlite:///{tmp_path / 'runs.db'}", **settings)
+    assert not (tmp_path / "runs.db").exists()  # refused before anything was opened
