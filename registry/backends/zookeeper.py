@@ -3,7 +3,9 @@
 ``ZooKeeperRegistry(parsed)`` returns connected (``registry.connect("zk://...")``). The
 namespace is applied by the base class, so no kazoo chroot is used and the primitives here
 receive stored paths. Helpers: :mod:`zookeeper_io` (deadlines, retries, error map),
-:mod:`zookeeper_txn` (multi requests), :mod:`zookeeper_watch` (subtree watches).
+:mod:`zookeeper_txn` (multi requests, planned), :mod:`zookeeper_wire` (multi requests,
+encoded), :mod:`zookeeper_poll` (the connection thread's select), :mod:`zookeeper_watch`
+(subtree watches).
 
 Invariants kept here:
 

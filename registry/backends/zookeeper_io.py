@@ -47,8 +47,10 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Auth, Connect
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from registry.backends.retrying import call_with_retries
+from registry.backends.zookeeper_wire import MultiEncoder
 from registry.errors import (
     BadVersionError,
     NodeExistsError,
@@ -129,6 +131,9 @@ class ZkIO:
         #: (covered, never reported), None (no synced watch covers it); a hint as well,
         #: which the same re-plan consults next (set by the registry)
         self.watched_existence: Callable[[str], bool | None] = lambda path: None
+        #: this client's multi ops, encoded once (a create carries the client's ACL, the
+        #: one kazoo's own create would give it)
+        self.encoder = MultiEncoder(client.default_acl or OPEN_ACL_UNSAFE)
 
     # -- waiting ------------------------------------------------------------------------
     @staticmethod

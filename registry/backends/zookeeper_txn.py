@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kazoo.exceptions import (
     BadVersionError as KzBadVersion,
@@ -47,13 +47,10 @@ from kazoo.exceptions import (
     RolledBackError,
     RuntimeInconsistency,
 )
-from kazoo.protocol.serialization import CheckVersion, SetData, Transaction
-from kazoo.protocol.serialization import Create as KzCreate
-from kazoo.protocol.serialization import Delete as KzDelete
-from kazoo.security import OPEN_ACL_UNSAFE
 
 from registry.backends.base import OpFailure, TxnOpFailed
 from registry.backends.zookeeper_io import ZkIO
+from registry.backends.zookeeper_wire import request_size, send_multi
 from registry.errors import RegistryError, TransactionError
 from registry.paths import ancestors
 from registry.protocol import Check, Create, Delete, Op, Set
@@ -62,7 +59,6 @@ __all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
 
 #: ZooKeeper's default limit on one request's length (the 4-byte length prefix excluded).
 JUTE_MAX_BUFFER = 0xFFFFF
-_REQUEST_HEADER = 8  # xid and op type, ahead of the multi body
 _ATTEMPTS = 5  # one optimistic plan; re-plans for parents (trusting, then not) and subtrees
 #: parents remembered as existing (``ZkIO.known_parents``), at most; then forgotten at once
 _KNOWN_PARENTS = 100_000
@@ -128,8 +124,8 @@ class _Reads(enum.Enum):
     ALL = "read them all"
 
 
-def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[Any, list[_Step]]:
-    """The kazoo multi request of ``ops``, and what each of its ops stands for. Without
+def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[list[bytes], list[_Step]]:
+    """The multi request of ``ops``, encoded op by op, and what each of its ops stands for. Without
     parents read, every parent is assumed to exist; without subtrees read, every deleted
     node is assumed a leaf."""
     read_parents = parents is not _Reads.NONE
@@ -159,55 +155,49 @@ def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[
         found, below_deleted = io.read(ops[0].path, read)
         present.update(found)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
-    # kazoo's request ops are built directly rather than through TransactionRequest's
-    # methods, which check every argument and log every op: a fire's mark is a few ops of
-    # a shared transaction, and those checks were most of what planning one cost. Paths
-    # are the server's own (this backend uses no kazoo chroot); a created node gets the
-    # client's default ACL, as TransactionRequest.create would give it.
-    acl = io.client.default_acl or OPEN_ACL_UNSAFE
-    out: list[Any] = []
+    holds_created: set[str] = set()  # ancestors of the nodes planned so far to be created
+    encode = io.encoder
+    out: list[bytes] = []
     steps: list[_Step] = []
     for index, op in enumerate(ops):
-        if isinstance(op, Create):
+        if isinstance(op, Check):
+            out.append(encode.check(op.path, _version(op.version)))
+            steps.append(_Step(index, op.path, False, Check))
+        elif isinstance(op, Create):
+            parents_of = ancestors(op.path)
             if read_parents:  # else every parent is assumed to exist
-                for ancestor in ancestors(op.path):
+                for ancestor in parents_of:
                     if not planned.get(ancestor, present.get(ancestor, False)):
-                        out.append(KzCreate(ancestor, b"", acl, 0))
+                        out.append(encode.create(ancestor, b"", False))
                         steps.append(_Step(index, ancestor, True, Create))
                         planned[ancestor] = True
-            out.append(KzCreate(op.path, op.value, acl, 1 if op.ephemeral else 0))
+            out.append(encode.create(op.path, op.value, op.ephemeral))
             steps.append(_Step(index, op.path, False, Create))
             planned[op.path] = True
+            holds_created.update(parents_of)
         elif isinstance(op, Set):
-            out.append(SetData(op.path, op.value, _version(op.version)))
+            out.append(encode.set(op.path, op.value, _version(op.version)))
             steps.append(_Step(index, op.path, False, Set))
-        elif isinstance(op, Check):
-            out.append(CheckVersion(op.path, _version(op.version)))
-            steps.append(_Step(index, op.path, False, Check))
         else:
-            prefix = op.path + "/"
+            # what lies below the deleted node: what the subtree read found, and what
+            # earlier ops of this plan create there (a mark's clear: neither, a leaf)
             below = {p for p in below_deleted.get(op.path, ()) if planned.get(p, True)}
-            below.update(p for p, alive in planned.items() if alive and p.startswith(prefix))
+            if op.path in holds_created:
+                prefix = op.path + "/"
+                below.update(p for p, alive in planned.items() if alive and p.startswith(prefix))
             below.discard(op.path)  # a subtree read holds its root
             for path in sorted(below, key=lambda p: (-p.count("/"), p)):
-                out.append(KzDelete(path, -1))
+                out.append(encode.delete(path, -1))
                 steps.append(_Step(index, path, True, Delete))
                 planned[path] = False
-            out.append(KzDelete(op.path, _version(op.version)))
+            out.append(encode.delete(op.path, _version(op.version)))
             steps.append(_Step(index, op.path, False, Delete))
             planned[op.path] = False
-    request = io.client.transaction()
-    request.operations = out
-    return request, steps
+    return out, steps
 
 
 def _version(version: int | None) -> int:
     return -1 if version is None else version
-
-
-def request_size(request: Any) -> int:
-    """Bytes of the multi request as sent (without the 4-byte length prefix)."""
-    return _REQUEST_HEADER + len(Transaction(request.operations).serialize())
 
 
 def _learn(known: set[str], ops: list[Op], steps: list[_Step]) -> None:
@@ -226,23 +216,7 @@ def _learn(known: set[str], ops: list[Op], steps: list[_Step]) -> None:
             known.discard(step.path)
 
 
-def _size_bound(request: Any) -> int:
-    """An upper bound of ``request_size`` without serialising: each op's fixed fields
-    (op header, lengths, version, flags) take under 32 bytes, an ACL under 16 beside its
-    scheme and id; strings are counted in characters times 4 (UTF-8's worst case)."""
-    total = _REQUEST_HEADER + 16  # the multi's closing header
-    for op in request.operations:
-        total += 32 + 4 * len(op.path) + len(getattr(op, "data", None) or b"")
-        for acl in getattr(op, "acl", None) or ():
-            total += 16 + 4 * (len(acl.id.scheme) + len(acl.id.id))
-    return total
-
-
-def _check_size(request: Any, steps: list[_Step]) -> None:
-    # Serialising a request only to measure it would double what kazoo spends on it
-    # (a fire's mark is one of a batch); the exact size is taken only near the limit.
-    if _size_bound(request) <= JUTE_MAX_BUFFER:
-        return
+def _check_size(request: list[bytes], steps: list[_Step]) -> None:
     size = request_size(request)
     if size > JUTE_MAX_BUFFER:
         raise TransactionError(
@@ -252,10 +226,14 @@ def _check_size(request: Any, steps: list[_Step]) -> None:
         )
 
 
-def _commit(io: ZkIO, request: Any, steps: list[_Step], deadline: float) -> None:
-    results = io.wait(request.commit_async(), deadline)
+def _commit(io: ZkIO, request: list[bytes], steps: list[_Step], deadline: float) -> None:
+    results = io.wait(send_multi(io.client, request), deadline)
+    refused = False
     for position, result in enumerate(results):
-        if not isinstance(result, Exception) or isinstance(result, (RolledBackError, RuntimeInconsistency)):
+        if not isinstance(result, Exception):
+            continue
+        refused = True
+        if isinstance(result, (RolledBackError, RuntimeInconsistency)):
             continue
         step = steps[position]
         if isinstance(result, KzNodeExists):
@@ -277,5 +255,5 @@ def _commit(io: ZkIO, request: Any, steps: list[_Step], deadline: float) -> None
             index=step.op_index,
             cause=cause,
         )
-    if any(isinstance(r, Exception) for r in results):
+    if refused:
         raise RegistryError("ZooKeeper refused the transaction without naming an operation")
