@@ -4,6 +4,7 @@ server."""
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from kazoo.protocol.serialization import CheckVersion, Create, Delete, SetData, 
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl
 
 from registry.backends import zookeeper_wire
-from registry.backends.zookeeper_wire import MultiEncoder, request_size, send_multi
+from registry.backends.zookeeper_wire import EncodedMulti, MultiEncoder, request_size, send_multi
 
 ACLS = {
     "open": OPEN_ACL_UNSAFE,
@@ -55,6 +56,12 @@ def test_every_op_is_encoded_as_kazoo_encodes_it(acl: str) -> None:
     expected = bytes(Transaction(kazoo_ops).serialize())
     assert b"".join(ours) + zookeeper_wire.MULTI_END == expected
     assert request_size(ours) == 8 + len(expected)  # xid and type ahead of the body
+
+
+def test_an_answer_with_an_op_type_never_sent_is_refused() -> None:
+    create2 = struct.pack("!iBi", 15, 0, -1) + struct.pack("!i", 2) + b"/x"
+    with pytest.raises(ValueError, match="op type 15"):
+        EncodedMulti.deserialize(create2 + zookeeper_wire.MULTI_END, 0)
 
 
 @pytest.fixture
