@@ -131,8 +131,8 @@ class ZkIO:
         #: (covered, never reported), None (no synced watch covers it); a hint as well,
         #: which the same re-plan consults next (set by the registry)
         self.watched_existence: Callable[[str], bool | None] = lambda path: None
-        #: this client's multi ops, encoded once (a create carries the client's ACL, the
-        #: one kazoo's own create would give it)
+        #: encodes this client's multi ops (a create carries the client's default ACL, as
+        #: kazoo's own create would)
         self.encoder = MultiEncoder(client.default_acl or OPEN_ACL_UNSAFE)
 
     # -- waiting ------------------------------------------------------------------------

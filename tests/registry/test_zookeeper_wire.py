@@ -104,7 +104,7 @@ def test_an_applied_multi_is_answered_as_kazoo_answers_it(client: tuple[KazooCli
     kazoo, root = client
 
     def ops(undo: bool = False) -> list[Any]:
-        if undo:  # back to one node /a at version 0
+        if undo:  # /b gone again, /a's value back (its version moves on to 2)
             return [Delete(f"{root}/b", -1), SetData(f"{root}/a", b"1", -1)]
         version = kazoo.exists(f"{root}/a").version
         return [
