@@ -14,6 +14,12 @@ Invariants kept here:
 - kazoo's event thread only enqueues: every read runs on the client's single watch worker
   (one thread, one queue), so a registration's state is touched by that thread alone and
   the reads of one session happen in order, which keeps the events of a node in order;
+- read results are applied in the order the reads were issued, so the view never goes
+  back in time. The worker takes every notification queued so far as one batch (one wait
+  on the server for all of them, not one per notification: starting 1,000 jobs queues
+  thousands): it issues the first read of each at once, applies the answers in the
+  notifications' order, and only then reads the new subtrees those answers revealed, in
+  one pipelined scan;
 - ``_known`` mirrors exactly the nodes this registration has reported, with their
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
@@ -25,8 +31,8 @@ Invariants kept here:
 
 from __future__ import annotations
 
-import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -72,6 +78,10 @@ class TreeWatcher:
         #: path -> its known children, only for nodes that have some: a dozen nodes per job,
         #: most of them leaves, and a dict of str (not a set) the garbage collector skips
         self._kids: dict[str, dict[str, None]] = {}
+        #: notifications not yet handled: (is a child event, event type, path)
+        self._events: list[tuple[bool, Any, str]] = []
+        self._events_lock = threading.Lock()
+        self._drain_scheduled = False
 
     @property
     def usable(self) -> bool:
@@ -86,12 +96,20 @@ class TreeWatcher:
     def on_data(self, event: Any) -> None:
         if event.type == EventType.NONE or self.dead:
             return  # NONE: kazoo dropping its watches on disconnect; the resync follows
-        self._submit(functools.partial(self._guarded, self._data_changed, event.type, event.path))
+        self._enqueue(False, event.type, event.path)
 
     def on_child(self, event: Any) -> None:
         if event.type != EventType.CHILD or self.dead:
             return  # a deleted node's child watch: its data watch reports the deletion
-        self._submit(functools.partial(self._guarded, self._children_changed, event.path))
+        self._enqueue(True, event.type, event.path)
+
+    def _enqueue(self, child: bool, event_type: Any, path: str) -> None:
+        with self._events_lock:
+            self._events.append((child, event_type, path))
+            if self._drain_scheduled:
+                return  # the drain already on the worker's queue takes this one too
+            self._drain_scheduled = True
+        self._submit(self._drain)
 
     # -- worker -------------------------------------------------------------------------
     def sync(self, emit: bool) -> None:
@@ -156,65 +174,87 @@ class TreeWatcher:
         self._known.clear()
         self._kids.clear()
 
-    def _guarded(self, handler: Callable[..., None], *args: Any) -> None:
-        if not self.usable:
+    def _drain(self) -> None:
+        with self._events_lock:
+            events, self._events = self._events, []
+            self._drain_scheduled = False  # a notification from now on schedules the next batch
+        if not events or not self.usable:
             return
         try:
-            handler(*args)
+            self._handle(events)
         except Exception as exc:
             if not self._io.client.connected and is_connection_failure(exc):
                 return  # the reconnect resynchronises every watch
             # a watch may be left unarmed: read the subtree again to re-arm it
             log.warning(
-                "watch %s: reading %s failed (%s); resynchronising",
+                "watch %s: handling %d change(s) failed (%s); resynchronising",
                 self.registration.watch.path,
-                args[-1] if args else "",
+                len(events),
                 type(exc).__name__,
             )
             self.resync_after_gap()
 
-    def _data_changed(self, event_type: Any, path: str) -> None:
-        if event_type == EventType.DELETED:
-            self._drop(path)
-        # Read it again even after a deletion: it may exist anew, and the parent's child
-        # event that announced it may already have been handled while it still looked
-        # like the old node (a child list gives names, not identities).
-        self._refresh(path)
-
-    def _children_changed(self, path: str) -> None:
-        if path not in self._known:
-            return
+    def _handle(self, events: list[tuple[bool, Any, str]]) -> None:
+        """Handle a batch of notifications (module docstring: reads applied in order)."""
         deadline = self._io.read_deadline()
+        client = self._io.client
+        # 1. The first read of each, issued at once; re-armed watches come with them. A
+        # read is skipped where the node is not known now: it cannot become known before
+        # its answer would be applied (only step 3 adds nodes).
+        reads: list[Any] = []
+        for child, _, path in events:
+            if path not in self._known:
+                reads.append(None)
+            elif child:
+                reads.append(client.get_children_async(path, watch=self.on_child))
+            else:
+                reads.append(client.get_async(path, watch=self.on_data))
+        # 2. The answers, in the notifications' order; new nodes are only noted
+        adopt: list[str] = []
+        for (child, event_type, path), read in zip(events, reads, strict=True):
+            if child:
+                self._apply_children(path, read, deadline, adopt)
+            else:
+                self._apply_data(path, event_type, read, deadline, adopt)
+        # 3. The new subtrees, read after every answer above was applied
+        if adopt:
+            self._adopt(_outermost(adopt), deadline)
+
+    def _apply_children(self, path: str, read: Any, deadline: float, adopt: list[str]) -> None:
+        if read is None or path not in self._known:
+            return
         try:
-            names = self._io.wait(self._io.client.get_children_async(path, watch=self.on_child), deadline)
+            names = self._io.wait(read, deadline)
         except KzNoNode:
             return  # deleted: its data watch reports it
         current = set(self._watched_children(path, names))
         known = set(self._kids.get(path, ()))  # a copy: _drop below changes the map
         for gone in sorted(known - current):
             self._drop(gone)
-        new = sorted(current - known)
-        if new:
-            self._adopt(new, deadline)
+        adopt.extend(sorted(current - known))
 
-    def _refresh(self, path: str) -> None:
+    def _apply_data(self, path: str, event_type: Any, read: Any, deadline: float, adopt: list[str]) -> None:
+        if event_type == EventType.DELETED:
+            self._drop(path)
+        # Read it again even after a deletion: it may exist anew, and the parent's child
+        # event that announced it may already have been handled while it still looked
+        # like the old node (a child list gives names, not identities).
         if path != self.root and parent(path) not in self._known:
             return  # below a deleted node: the parent's child watch covers a re-creation
-        deadline = self._io.read_deadline()
         known = self._known.get(path)
-        if known is None:
-            self._adopt([path], deadline)
+        if known is None or read is None:
+            adopt.append(path)
             return
         try:
-            data, stat = self._io.wait(self._io.client.get_async(path, watch=self.on_data), deadline)
+            data, stat = self._io.wait(read, deadline)
         except KzNoNode:
             self._drop(path)
             if path == self.root:
-                self._adopt([path], deadline)
+                adopt.append(path)
             return
         if stat.czxid != known:
             self._drop(path)
-            self._adopt([path], deadline)
+            adopt.append(path)
             return
         self._owner._notify(self.registration, EventKind.UPDATED, path, _node(data, stat))
 
@@ -313,6 +353,22 @@ class TreeWatcher:
                     next_level.extend(children)
             level = next_level
         return found, kids
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """``paths`` without repeats and without those below another of them (a scan of a
+    node reads its subtree), in their first order."""
+    unique = list(dict.fromkeys(paths))
+    chosen = set(unique)
+    return [p for p in unique if not any(a in chosen for a in _ancestors(p))]
+
+
+def _ancestors(path: str) -> list[str]:
+    found = []
+    while path not in ("/", ""):
+        path = parent(path)
+        found.append(path)
+    return found
 
 
 def _node(data: bytes | None, stat: Any) -> Node:

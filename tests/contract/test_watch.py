@@ -4,6 +4,7 @@ survives server restarts and session expiry (the missed changes arrive as events
 from __future__ import annotations
 
 import logging
+import random
 import threading
 
 import pytest
@@ -443,3 +444,57 @@ def test_a_raising_predicate_includes_the_node_and_keeps_the_watch(
     else:
         assert log.has(CREATED, "/w/leaf") and not log.has(CREATED, "/w/leaf/child")
     assert any(f"{option} predicate raised" in r.getMessage() for r in caplog.records)
+
+
+def test_the_view_built_from_events_ends_equal_to_the_tree_after_churn(
+    harness: Harness, reg: BaseRegistry
+) -> None:
+    """Two writers create, overwrite, delete and re-create nodes and whole subtrees as
+    fast as they can while the watch follows: replaying its events gives exactly the
+    tree, values and versions, and within one life of a node (CREATED to DELETED) the
+    versions it reports only go up."""
+    log = EventLog()
+    reg.watch("/w", log)
+    writers = [peer(harness, reg), peer(harness, reg)]
+
+    def churn(writer: BaseRegistry, seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(150):
+            parent = f"/w/p{rng.randrange(6)}"
+            roll = rng.random()
+            if roll < 0.1:
+                writer.delete(parent)
+            elif roll < 0.25:
+                writer.delete(f"{parent}/c{rng.randrange(4)}")
+            else:
+                writer.put(f"{parent}/c{rng.randrange(4)}", str(rng.random()).encode())
+
+    threads = [threading.Thread(target=churn, args=(w, i)) for i, w in enumerate(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = {path: (node.value, node.version) for path, node in writers[0].read_tree("/w").items()}
+
+    def replayed() -> dict[str, tuple[bytes | None, int | None]]:
+        view: dict[str, tuple[bytes | None, int | None]] = {}
+        for event in log.events:
+            if event.kind is DELETED:
+                view.pop(event.path, None)
+            else:
+                view[event.path] = (event.value, event.version)
+        return view
+
+    wait_for(
+        lambda: replayed() == expected,
+        PROMPT,
+        message=lambda: f"events replayed: {sorted(replayed().items())}; tree: {sorted(expected.items())}",
+    )
+    for path in {e.path for e in log.events}:
+        life: list[int] = []
+        for event in log.of(path):
+            if event.kind is CREATED:
+                life = [] if event.version is None else [event.version]
+            elif event.kind is UPDATED and event.version is not None:
+                assert not life or event.version > life[-1], (path, [(e.kind, e.version) for e in log.of(path)])
+                life.append(event.version)

@@ -1,0 +1,72 @@
+"""ZooKeeper's tree watch handles the notifications queued while its worker was busy as
+one batch: their reads issued at once and applied in order, the subtrees they reveal read
+after. Starting 1,000 jobs queues thousands of notifications; handled one at a time, each
+waiting on the server, the cache fell seconds behind the writes."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+import registry
+from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.backends.zookeeper_watch import TreeWatcher
+from registry.protocol import EventKind
+from tests.contract import PROMPT, EventLog
+from tests.waiting import wait_for
+
+
+def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
+    zk_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    enqueued: list[str] = []
+    handle, enqueue = TreeWatcher._handle, TreeWatcher._enqueue
+
+    def counting_handle(self: TreeWatcher, events: list[tuple[bool, Any, str]]) -> None:
+        batches.append(len(events))
+        handle(self, events)
+
+    def counting_enqueue(self: TreeWatcher, child: bool, event_type: Any, path: str) -> None:
+        enqueued.append(path)
+        enqueue(self, child, event_type, path)
+
+    monkeypatch.setattr(TreeWatcher, "_handle", counting_handle)
+    monkeypatch.setattr(TreeWatcher, "_enqueue", counting_enqueue)
+    namespace = "/batch" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    gate = threading.Event()
+    try:
+        assert isinstance(reg, ZooKeeperRegistry)
+        parents = [f"/w/p{i}" for i in range(20)]
+        for parent in parents:
+            writer.put(f"{parent}/old", b"0")
+        log = EventLog()
+        reg.watch("/w", log)
+
+        def hold() -> None:
+            gate.wait(PROMPT)
+
+        reg._worker.submit(hold)  # the worker is busy until the gate opens
+        for parent in parents:
+            writer.put(f"{parent}/old", b"1")  # a data notification
+            writer.put(f"{parent}/new1", b"n")  # a child notification: the parent's list
+            writer.put(f"{parent}/new2", b"n")  # no more: its child watch is not re-armed yet
+        wait_for(lambda: len(enqueued) >= 2 * len(parents), PROMPT, message=lambda: f"queued: {enqueued}")
+        gate.set()
+        for parent in parents:
+            log.wait(EventKind.UPDATED, f"{parent}/old", b"1")
+            log.wait(EventKind.CREATED, f"{parent}/new1", b"n")
+            log.wait(EventKind.CREATED, f"{parent}/new2", b"n")
+        assert batches[0] == 2 * len(parents), batches
+        assert sorted(e.path for e in log.events if e.kind is EventKind.CREATED) == sorted(
+            f"{parent}/{name}" for parent in parents for name in ("new1", "new2")
+        )
+    finally:
+        gate.set()
+        writer.close()
+        reg.close()
