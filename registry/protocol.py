@@ -223,7 +223,8 @@ class RegistryCenter(Protocol):
         """Apply every op or none; ``TransactionError`` names the failing op.
 
         Missing parents of ``Create`` ops are created in the same transaction. A path is
-        written (Create/Set/Delete) at most once per transaction.
+        written (Create/Set/Delete) at most once per transaction, and never inside a
+        subtree the same transaction deletes (``ValueError`` for either).
         """
         ...
 

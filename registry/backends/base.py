@@ -35,7 +35,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, is_below, parent, validate_path
+from registry.paths import Namespace, ancestors, is_below, parent, validate_path
 from registry.protocol import (
     Characteristic,
     Check,
@@ -582,6 +582,7 @@ class BaseRegistry(abc.ABC):
             )
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
+        deletes: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
             if isinstance(op, Check):
@@ -596,7 +597,9 @@ class BaseRegistry(abc.ABC):
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"
                 )
             written[op.path] = index
-            if not isinstance(op, Delete):
+            if isinstance(op, Delete):
+                deletes[op.path] = index
+            else:
                 value = op.value
                 # bytes (every op shardjob makes) need no copy to be measured
                 total += (
@@ -609,6 +612,8 @@ class BaseRegistry(abc.ABC):
             raise TransactionError(
                 f"transaction carries {total} bytes of values; at most {MAX_TXN_BYTES} are allowed"
             )
+        if deletes and len(deletes) < len(written):
+            _refuse_writes_below_deletes(ops, deletes)
         return stored_ops
 
     # -- primitives (stored paths) ----------------------------------------------------
@@ -654,6 +659,22 @@ class BaseRegistry(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None: ...
+
+
+def _refuse_writes_below_deletes(ops: list[Op], deletes: dict[str, int]) -> None:
+    """No transaction writes inside a subtree it deletes, in either order: etcd cannot (a
+    put inside a range the same transaction deletes is a "duplicate key" there), so no
+    backend does. A write lies strictly inside a deleted subtree iff one of its proper
+    ancestors is a deleted path: a look-up per ancestor, not a comparison with every delete."""
+    for index, op in enumerate(ops):
+        if not isinstance(op, (Create, Set)):
+            continue  # a Create also writes its missing parents: ancestors of its path too
+        root = next((a for a in ancestors(op.path) if a in deletes), None)
+        if root is not None:
+            raise ValueError(
+                f"transaction op {index} writes {op.path!r} inside the subtree that op "
+                f"{deletes[root]} deletes ({root!r}); split it into two transactions"
+            )
 
 
 def _check_value(path: str, value: object) -> bytes:

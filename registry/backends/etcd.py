@@ -230,7 +230,7 @@ class EtcdRegistry(BaseRegistry):
     def _transaction(self, ops: list[Op]) -> None:
         missing: set[str] | None = None  # None: parents assumed present, not read yet
         for _ in range(_PLAN_ATTEMPTS):
-            plan = plan_transaction(ops, self._keeper.lease_id, missing or set(), self._client_path)
+            plan = plan_transaction(ops, self._keeper.lease_id, missing or set())
             if missing is None and not plan.guards_fit():
                 # the guards of present parents will be left out: know them for sure first
                 missing = self._absent(creates_parents(ops))

@@ -14,7 +14,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,9 +222,7 @@ class TxnPlan:
         return request
 
 
-def plan_transaction(
-    ops: Sequence[Op], lease: int, missing: set[str], display: Callable[[str], str]
-) -> TxnPlan:
+def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPlan:
     """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents.
 
     etcd bounds the compares of a request to 128, nested transactions included, and a
@@ -235,7 +233,6 @@ def plan_transaction(
     The failure branch reads only the ops' keys; after a guard failed the caller re-reads
     the parents itself.
     """
-    _refuse_writes_below_deletes(ops, display)
     plan = TxnPlan(compares=[], success=[], reads=[])
     compares, success = plan.compares, plan.success
     targets: dict[str, None] = {}
@@ -295,21 +292,3 @@ def _check_size(name: str, count: int) -> None:
         raise TransactionError(
             f"transaction needs {count} etcd {name}; etcd allows at most {ETCD_MAX_TXN_OPS} per list"
         )
-
-
-def _refuse_writes_below_deletes(ops: Sequence[Op], display: Callable[[str], str]) -> None:
-    # etcd refuses a put inside a range deleted by the same transaction ("duplicate key").
-    # A write lies strictly inside a deleted subtree iff one of its proper ancestors is a
-    # deleted root: a look-up per ancestor, not a comparison with every delete.
-    deletes = {op.path: i for i, op in enumerate(ops) if isinstance(op, Delete)}
-    if not deletes:
-        return
-    for index, op in enumerate(ops):
-        if not isinstance(op, (Create, Set)):
-            continue  # a Create also writes its missing parents: ancestors of its path too
-        root = next((a for a in ancestors(op.path) if a in deletes), None)
-        if root is not None:
-            raise ValueError(
-                f"transaction op {index} writes {display(op.path)!r} inside the subtree that "
-                f"op {deletes[root]} deletes ({display(root)!r}); split it into two transactions"
-            )

@@ -21,7 +21,9 @@ Invariants:
   transaction too large once expanded, e.g. etcd's compares guarding missing parents):
   each half is applied on its own, down to single requests.
 - No transaction writes a path twice (every backend refuses it): a request that writes a
-  path another queued request of the batch writes waits for the next batch.
+  path another queued request of the batch writes waits for the next batch. Nor does one
+  write inside a subtree it deletes: a shared transaction refused for that (a
+  ``ValueError``, nothing applied) is split and each half applied on its own.
 - A request never waits more than ``max_delay`` for others to join it, plus the time the
   transactions ahead of it take.
 - Transactions of different batches may be applied in any order (several are in flight):
@@ -277,23 +279,32 @@ class TransactionBatcher:
                 if exc.index is None:
                     # refused as a whole (what the backend makes of it is too large): it
                     # applied nothing, so each half is tried on its own
-                    if len(part) == 1:
-                        self._finish(part, exc)
-                    else:
-                        half = len(part) // 2
-                        parts += [part[half:], part[:half]]
+                    self._split_or_finish(part, parts, exc)
                     continue
                 owner, error = _attribute(part, exc)
                 part.remove(owner)
                 self._finish([owner], error)
                 if part:
                     parts.append(part)  # the others at once: their ops were not at fault
-            except Exception as exc:  # outcome unknown, or ops refused before sending
+            except ValueError as exc:
+                # refused before sending, nothing applied: requests valid alone may clash
+                # (one writes inside a subtree another deletes), so each half on its own
+                self._split_or_finish(part, parts, exc)
+            except Exception as exc:  # outcome unknown
                 self._finish(part, exc)
             else:
                 with self._stats:
                     self.applied += len(part)
                 self._finish(part, None)
+
+    def _split_or_finish(self, part: list[_Request], parts: list[list[_Request]], error: BaseException) -> None:
+        """``part`` applied nothing: a lone request is told ``error``, else its halves
+        are queued in ``parts`` to be tried on their own."""
+        if len(part) == 1:
+            self._finish(part, error)
+        else:
+            half = len(part) // 2
+            parts += [part[half:], part[:half]]
 
     def _finish(self, requests: list[_Request], error: BaseException | None) -> None:
         for request in requests:

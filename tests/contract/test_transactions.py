@@ -216,6 +216,29 @@ def test_writing_a_path_twice_is_a_value_error(reg: BaseRegistry, ops: list[Op])
 @pytest.mark.parametrize(
     "ops",
     [
+        [Create("/t/a/b", b"1"), Delete("/t")],
+        [Delete("/t"), Create("/t/a/b", b"1")],
+        [Delete("/t"), Set("/t/a", b"2")],
+    ],
+    ids=["create-then-delete-above", "delete-then-create-below", "delete-then-set-below"],
+)
+def test_writing_inside_a_subtree_the_transaction_deletes_is_a_value_error(
+    reg: BaseRegistry, ops: list[Op]
+) -> None:
+    """etcd cannot put inside a range its transaction deletes, so no backend takes it, in
+    either order; a path that merely shares the deleted one's prefix is not inside."""
+    reg.put("/t/a", b"kept")
+    with pytest.raises(ValueError, match="inside the subtree"):
+        reg.transaction(ops)
+    assert reg.get("/t/a") == b"kept"
+    assert not reg.exists("/t/a/b")
+    reg.transaction([Delete("/t"), Create("/tx/a", b"1")])
+    assert not reg.exists("/t") and reg.get("/tx/a") == b"1"
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
         [Create("/"), Create("/ok")],
         [Set("/", b"v")],
         [Create("/bad//path")],

@@ -17,7 +17,7 @@ import registry
 from registry.backends.base import MAX_TXN_BYTES, MAX_TXN_OPS, BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
-from registry.protocol import Characteristic, Check, Create, Op
+from registry.protocol import Characteristic, Check, Create, Delete, Op
 from registry.recipes.batch import BatcherClosed, TransactionBatcher
 from tests.waiting import wait_for
 
@@ -79,6 +79,26 @@ def test_one_refused_transaction_leaves_the_others_of_its_batch_applied(reg: Bas
     assert outcomes.by_key["a"] is None and outcomes.by_key["c"] is None
     assert [reg.exists(f"/marks/{p}") for p in ("a", "b", "c", "c2")] == [True, False, True, True]
     assert [count for count, _ in recording.sent] == [5, 3]  # the shared one, then the rest at once
+
+
+def test_requests_that_clash_only_when_shared_are_each_applied(reg: BaseRegistry) -> None:
+    """One request deletes a subtree, another writes inside it: valid alone, refused
+    together by every backend; both are applied, each on its own, and the rest with them."""
+    reg.put("/jobs/a/old", b"o")
+    recording = _Recording(reg)
+    batcher = TransactionBatcher(recording)
+    requests: dict[object, list[Op]] = {
+        "delete": [Delete("/jobs/a")],
+        "write": [Create("/jobs/a/new", b"n")],
+        "other": [Create("/marks/x", b"x")],
+    }
+    try:
+        outcomes = _run_all(batcher, requests)
+    finally:
+        batcher.close()
+    assert outcomes.by_key == {"delete": None, "write": None, "other": None}
+    assert not reg.exists("/jobs/a/old") and reg.get("/marks/x") == b"x"
+    assert recording.sent[0][0] == 3  # tried shared first, then split
 
 
 def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) -> None:
