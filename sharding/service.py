@@ -16,6 +16,9 @@ How a resharding goes (the leader only; any instance may raise the flag):
    stale leader's write fails), replaces the assignment node, and deletes the flag at the
    version it read (a change that raised the flag again meanwhile makes it start over).
 
+A job with no assignment node at all (a new job) skips steps 1 and 2: the missing node
+is the flag, and no run can start without it; step 4 creates the node.
+
 That is O(1) registry operations whatever the item and instance counts. Instances read
 everything from one local cache of the job's subtree, so steady state costs no reads; a
 run costs two writes: the fenced mark and its removal.
@@ -436,7 +439,8 @@ class ShardingService:
         names an instance that is gone). Cheap: the cache and one read of the running
         marks, unless it flags."""
         self._marks_unchecked = True
-        self._evaluate()
+        if self._evaluate() and not self._cache.exists(self.paths.assignment):
+            self._schedule_evaluation()  # no flag was written (none is): no event will schedule it
         if self.is_leader and not self.stopping:
             self._upkeep_servers()
 
@@ -495,7 +499,8 @@ class ShardingService:
         return f"running marks left by departed instances {stale}"
 
     def _evaluate(self) -> bool:
-        """Flag a resharding if one is needed; True if this call flagged it."""
+        """Flag a resharding if one is needed; True if this call flagged it, or found
+        no assignment at all (which needs no flag: see ``_flag_if_needed``)."""
         if not self.is_leader or self.stopping:
             return False
         with self._reshard_lock:  # not while resharding: the cache lags our own writes
@@ -505,6 +510,11 @@ class ShardingService:
         reason = self._needs_resharding()
         if reason is not None and not self._cache.exists(self.paths.necessary):
             log.info("job %s: resharding needed: %s", self.job, reason)
+            if not self._cache.exists(self.paths.assignment):
+                # A missing assignment is its own flag: every leader reshards on it (after
+                # this one's crash too), and nothing can run meanwhile; writing the flag
+                # would cost a transaction and its events for every new job.
+                return True
             # fenced: a flag from a leader that was deposed, or whose job an operator
             # removed, while it evaluated must not land (it would re-create the job)
             try:
@@ -568,7 +578,12 @@ class ShardingService:
             settings = self._settings
         me = self.identity.instance_id
         planned = self._compute(settings, previous)  # a faulty strategy fails before any write
-        if previous is None or previous.state is AssignmentState.READY or node is None:
+        if node is None:
+            # No assignment at all (a new job): no run can start without one (every
+            # running mark checks its version), so there is nothing to fence; the
+            # assignment is created READY by the one transaction below.
+            self._ran_at_fence = {}
+        elif previous is None or previous.state is AssignmentState.READY:
             self._ran_at_fence = {}  # a new fence: the runs it waits for are found anew
             fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
             if fenced_node is None:
@@ -601,7 +616,11 @@ class ShardingService:
         )
         ops: list[Check | Create | Set | Delete] = [
             *fence_ops,
-            Set(self.paths.assignment, new.encode(), node.version),
+            (
+                Create(self.paths.assignment, new.encode())
+                if node is None
+                else Set(self.paths.assignment, new.encode(), node.version)
+            ),
         ]
         if flag is not None:
             ops.append(Delete(self.paths.necessary, flag.version))
@@ -611,7 +630,7 @@ class ShardingService:
             return None if self.is_leader else False
         with self._state_lock:
             self._max_epoch = max(self._max_epoch, new.epoch)
-        self._wait_cache_past(node.version)
+        self._wait_cache_past(-1 if node is None else node.version)
         log.info(
             "job %s: epoch %d assignment %s",
             self.job,
@@ -650,7 +669,8 @@ class ShardingService:
     def _wait_cache_past(self, fenced: int) -> None:
         """Our own read path is the cache: let it catch up, or the next check sees the
         fence. "Caught up" is any version past the fence (our write or a later one):
-        waiting for our exact value would miss it when the cache applies a later write first."""
+        waiting for our exact value would miss it when the cache applies a later write first.
+        ``fenced`` is -1 after the assignment was created: any version will do."""
         self._cache.wait_until(
             lambda: (
                 (cached := self._cache.get_node(self.paths.assignment)) is not None

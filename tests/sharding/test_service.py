@@ -14,7 +14,7 @@ import pytest
 import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
-from registry.protocol import EventCallback, Op, SessionState, Set, Watch
+from registry.protocol import Create, EventCallback, Op, SessionState, Set, Watch
 from registry.recipes.cache import TreeCache
 from sharding import (
     Assignment,
@@ -464,7 +464,7 @@ class _VandalAfterReady(CountingRegistry):
         for op in ops:
             if (
                 not self.struck
-                and isinstance(op, Set)
+                and isinstance(op, (Create, Set))
                 and op.path == path
                 and Assignment.decode(path, op.value).state is AssignmentState.READY
             ):
