@@ -155,7 +155,6 @@ def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[
         found, below_deleted = io.read(ops[0].path, read)
         present.update(found)
     planned: dict[str, bool] = {}  # existence after the ops planned so far
-    holds_created: set[str] = set()  # ancestors of the nodes planned so far to be created
     encode = io.encoder
     out: list[bytes] = []
     steps: list[_Step] = []
@@ -174,17 +173,14 @@ def _plan(io: ZkIO, ops: list[Op], *, parents: _Reads, subtrees: bool) -> tuple[
             out.append(encode.create(op.path, op.value, op.ephemeral))
             steps.append(_Step(index, op.path, False, Create))
             planned[op.path] = True
-            holds_created.update(parents_of)
         elif isinstance(op, Set):
             out.append(encode.set(op.path, op.value, _version(op.version)))
             steps.append(_Step(index, op.path, False, Set))
         else:
-            # what lies below the deleted node: what the subtree read found, and what
-            # earlier ops of this plan create there (a mark's clear: neither, a leaf)
+            # what lies below the deleted node: what the subtree read found, less what
+            # earlier Deletes of this plan take (a mark's clear: nothing, a leaf). No op
+            # writes below it: the shared op check refuses that before any plan.
             below = {p for p in below_deleted.get(op.path, ()) if planned.get(p, True)}
-            if op.path in holds_created:
-                prefix = op.path + "/"
-                below.update(p for p, alive in planned.items() if alive and p.startswith(prefix))
             below.discard(op.path)  # a subtree read holds its root
             for path in sorted(below, key=lambda p: (-p.count("/"), p)):
                 out.append(encode.delete(path, -1))

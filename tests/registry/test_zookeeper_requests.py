@@ -177,16 +177,3 @@ def test_a_deleted_node_found_with_children_is_re_planned_with_its_subtree(
     assert read == [f"{registry.parse_url(ours.url).namespace}/jobs/old"]
     assert other.get("/jobs/new/config") == b"3"
     assert other.children("/jobs") == ["new"]
-
-
-def test_a_delete_takes_the_nodes_its_transaction_created_below_it(
-    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
-) -> None:
-    ours, other = pair
-    ours.create("/t")
-    ours.create("/t-1")
-    # /t/a is missing: the plan creates it, then expands the Delete over /t/a/b and /t/a;
-    # /t-1/x shares the prefix "/t" but is no descendant of /t
-    ours.transaction([Create("/t/a/b", b"1"), Create("/t-1/x", b"2"), Delete("/t")])
-    assert not other.exists("/t")
-    assert other.get("/t-1/x") == b"2"
