@@ -42,7 +42,7 @@ from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_children
-from registry.paths import join, parent
+from registry.paths import ancestors, join, parent
 from registry.protocol import EventKind, Node
 
 __all__ = ["TreeWatcher"]
@@ -360,15 +360,8 @@ def _outermost(paths: list[str]) -> list[str]:
     node reads its subtree), in their first order."""
     unique = list(dict.fromkeys(paths))
     chosen = set(unique)
-    return [p for p in unique if not any(a in chosen for a in _ancestors(p))]
-
-
-def _ancestors(path: str) -> list[str]:
-    found = []
-    while path not in ("/", ""):
-        path = parent(path)
-        found.append(path)
-    return found
+    below_root = "/" in chosen  # ancestors() leaves the root out
+    return [p for p in unique if not (p != "/" and below_root) and not any(a in chosen for a in ancestors(p))]
 
 
 def _node(data: bytes | None, stat: Any) -> Node:

@@ -35,6 +35,8 @@ from kazoo.exceptions import EXCEPTIONS
 from kazoo.protocol.serialization import Transaction, ZnodeStat
 from kazoo.security import ACL
 
+from registry.errors import RegistryError
+
 __all__ = ["EncodedMulti", "MultiEncoder", "request_size", "send_multi"]
 
 _INT = struct.Struct("!i")
@@ -121,7 +123,12 @@ class EncodedMulti(Transaction):  # type: ignore[misc]  # kazoo is untyped
                 offset += 4
                 results.append(EXCEPTIONS[code]())
             else:
-                raise ValueError(f"ZooKeeper answered a multi with op type {op_type}, which it was never sent")
+                # not a ValueError: the server may have applied the multi, and a caller that
+                # takes ValueError for "refused before sending" must not send it again
+                raise RegistryError(
+                    f"ZooKeeper answered a multi with op type {op_type}, which it was never sent; "
+                    "whether it was applied is unknown"
+                )
 
 
 def request_size(operations: list[bytes]) -> int:
