@@ -14,7 +14,7 @@ import pytest
 import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
-from registry.protocol import Create, EventCallback, Op, SessionState, Set, Watch
+from registry.protocol import Create, Event, EventCallback, Op, SessionState, Set, Watch
 from registry.recipes.cache import TreeCache
 from sharding import (
     Assignment,
@@ -555,6 +555,50 @@ def test_the_leader_reshards_on_its_own_flag_without_waiting_to_see_it(
     wait_for(
         lambda: bool(joiner.ensure_ready(20).assignment.items_of(ids(2)[0])), 20, message="the joiner's items"
     )
+
+
+class _Transactions(CountingRegistry):
+    """Keeps every transaction the service sends."""
+
+    def __init__(self, inner: BaseRegistry) -> None:
+        super().__init__(inner)
+        self.sent: list[list[Op]] = []
+
+    def transaction(self, ops: Sequence[Op]) -> None:
+        self.sent.append(list(ops))
+        super().transaction(ops)
+
+
+def test_a_new_jobs_first_assignment_is_one_transaction_without_flag_or_fence(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """No assignment means nothing runs and every leader reshards: the first one is
+    created READY at once, with no resharding flag and no RESHARDING state before it."""
+    namespace = harness.fresh_namespace()
+    paths = JobPaths(JOB)
+    recorded = _Transactions(harness.connect(namespace, session_timeout=harness.min_session_timeout))
+    states: list[AssignmentState] = []
+
+    def seen(event: Event) -> None:
+        if event.value is not None:  # every write of the node, as another client sees it
+            states.append(Assignment.decode(paths.assignment, event.value).state)
+
+    watcher = harness.connect(namespace)
+    try:
+        watcher.watch(paths.assignment, seen)
+        leader = ShardingService(
+            recorded, JOB, InstanceIdentity.create(ids(1)[0]), ShardingSettings(total=4), executor=executor
+        )
+        leader.start()
+        Cluster.live.append(_Stopper(leader))
+        ready = leader.ensure_ready(20)
+        assert ready.assignment.epoch == 1 and ready.assignment.items_of(ids(1)[0]) == (0, 1, 2, 3)
+        writes = [op for ops in recorded.sent for op in ops if op.path in (paths.assignment, paths.necessary)]
+        assert len(writes) == 1 and isinstance(writes[0], Create) and writes[0].path == paths.assignment, writes
+        wait_for(lambda: bool(states), 10, message="the watch saw no assignment")
+        assert states == [AssignmentState.READY]
+    finally:
+        watcher.close()
 
 
 def test_ten_thousand_items_two_hundred_instances(harness: Harness, executor: ThreadPoolExecutor) -> None:
