@@ -1,0 +1,182 @@
+"""What ``Scheduler.start()`` of N jobs costs on each registry, with the start-up measured
+apart from the fires that compete with it: the same N jobs once on a cron that does not
+fire during the run (``quiet``: the start-up's own cost) and once every second (``every
+second``: each job fires from the moment it is registered, as in ``scheduler_lateness``).
+
+Each start runs in a child process of its own: wall time and process CPU of ``start()``,
+the server's own request count over it (ZooKeeper's ``mntr``, etcd's ``/metrics``), the
+fires run during it and the RSS after it. The memory registry, in the same run, is the
+anchor: the ``x memory`` column compares a start with memory's start on the same cron.
+
+Usage: ``.venv/bin/python -m benchmarks.start_cost [--quick] [--jobs 1000,10000]
+[--backends memory,zookeeper,etcd] [--crons quiet,every-second] [--gc-threshold N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    REPO_ROOT,
+    BenchmarkError,
+    add_gc_threshold,
+    base_parser,
+    print_table,
+    run_script,
+    servers,
+    write_results,
+)
+
+__all__ = ["CRONS", "NAME", "main"]
+
+NAME = "start_cost"
+BACKENDS = ("memory", "zookeeper", "etcd")
+#: label -> whether the jobs fire every second during the start
+CRONS = {"quiet": False, "every-second": True}
+
+
+def quiet_cron(now: datetime.datetime) -> str:
+    """A daily cron whose fire lies an hour behind ``now`` (local time): the next one is
+    23 hours away, so none falls in a start however long it takes."""
+    hour_ago = now - datetime.timedelta(hours=1)
+    return f"0 {hour_ago.minute} {hour_ago.hour} * * ?"
+
+
+def _child(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="start_cost _child")
+    parser.add_argument("--registry", required=True)
+    parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--cron", required=True)
+    parser.add_argument("--counter", default="", help="BACKEND=HOST:PORT whose server requests to count")
+    parser.add_argument("--gc-threshold", type=int, default=0)
+    parser.add_argument("--result", type=Path, required=True)
+    args = parser.parse_args(argv)
+    from benchmarks.server_counters import read_count
+    from scheduler import JobConfig, Scheduler, ShardingContext
+    from scheduler.gc_tuning import tune_gc
+
+    tune_gc(args.gc_threshold)
+    fires = 0
+    lock = threading.Lock()
+
+    def job(ctx: ShardingContext) -> None:
+        nonlocal fires
+        with lock:
+            fires += 1
+
+    sched = Scheduler(args.registry)
+    for i in range(args.jobs):
+        sched.add_job(JobConfig(name=f"job-{i:05d}", cron=args.cron), job)
+    counter = args.counter.split("=", 1) if args.counter else None
+    requests0 = read_count(counter[0], counter[1]).requests if counter else None
+    cpu0, began = time.process_time(), time.monotonic()
+    sched.start()
+    start_s, cpu_s = time.monotonic() - began, time.process_time() - cpu0
+    requests = None if counter is None or requests0 is None else read_count(counter[0], counter[1]).requests - requests0
+    with lock:
+        fired = fires
+    result = {
+        "jobs": args.jobs,
+        "cron": args.cron,
+        "start_s": round(start_s, 2),
+        "cpu_s": round(cpu_s, 2),
+        "cpu_ms_per_job": round(1000 * cpu_s / args.jobs, 3),
+        "server_requests": requests,
+        "requests_per_job": None if requests is None else round(requests / args.jobs, 1),
+        "fires_during_start": fired,
+        "failed_jobs": len(sched.failed_jobs),
+        # ru_maxrss is in KiB on Linux: the peak, which a start reaches at its end
+        "rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    args.result.write_text(json.dumps(result))
+    sched.shutdown(wait=False)
+    return 0
+
+
+def _run_child(url: str, jobs: int, cron: str, counter: str, gc_threshold: int, workdir: Path, stem: str) -> dict[str, Any]:
+    result_file, log_file = workdir / f"{stem}.json", workdir / f"{stem}.log"
+    argv = [
+        sys.executable, "-m", "benchmarks.start_cost", "_child", "--registry", url, "--jobs", str(jobs),
+        "--cron", cron, "--counter", counter, "--gc-threshold", str(gc_threshold), "--result", str(result_file),
+    ]  # fmt: skip
+    with open(log_file, "wb") as log:
+        proc = subprocess.run(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0 or not result_file.exists():
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BenchmarkError(f"start of {jobs} jobs on {url} failed ({proc.returncode}):\n{tail}")
+    result: dict[str, Any] = json.loads(result_file.read_text())
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
+    parser.add_argument("--jobs", default=None, help="comma-separated job counts (default 1000,10000; quick 50)")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated registries")
+    parser.add_argument("--crons", default=",".join(CRONS), help="comma-separated: quiet, every-second")
+    add_gc_threshold(parser, "every child")
+    args = parser.parse_args(argv)
+    args.jobs = [int(n) for n in (args.jobs or ("50" if args.quick else "1000,10000")).split(",")]
+    args.backends = args.backends.split(",")
+    args.crons = args.crons.split(",")
+    for given, known, what in ((args.backends, BACKENDS, "backend"), (args.crons, tuple(CRONS), "cron")):
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            parser.error(f"unknown {what}(s) {unknown}; known: {', '.join(known)}")
+    if "memory" not in args.backends:
+        args.backends.insert(0, "memory")  # the anchor
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    results: list[dict[str, Any]] = []
+    with (
+        servers(args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends) as found,
+        tempfile.TemporaryDirectory(prefix="shardjob-start-") as tmp,
+    ):
+        addresses = {"zookeeper": found.zookeeper, "etcd": found.etcd}
+        for jobs in args.jobs:
+            for label in args.crons:
+                cron = "* * * * * ?" if CRONS[label] else quiet_cron(datetime.datetime.now())
+                for backend in args.backends:
+                    tag = f"sc{time.time_ns()}"
+                    address = addresses.get(backend)
+                    url = f"memory://{tag}" if backend == "memory" else f"{backend}://{address}/{tag}"
+                    counter = "" if address is None else f"{backend}={address}"
+                    figures = _run_child(url, jobs, cron, counter, args.gc_threshold, Path(tmp), f"{backend}-{label}-{jobs}")
+                    results.append({"backend": backend, "crons": label, **figures})
+    anchor = {(r["jobs"], r["crons"]): r["cpu_s"] for r in results if r["backend"] == "memory"}
+    rows = []
+    for r in results:
+        base = anchor.get((r["jobs"], r["crons"]))
+        r["cpu_x_memory"] = round(r["cpu_s"] / base, 2) if base else None
+        rows.append([
+            r["jobs"], r["backend"], r["crons"], r["start_s"], r["cpu_s"], r["cpu_ms_per_job"], r["cpu_x_memory"],
+            r["server_requests"], r["requests_per_job"], r["fires_during_start"], r["rss_mib"],
+        ])  # fmt: skip
+    print_table(
+        f"Scheduler.start() of N jobs, each in a child of its own (collector threshold {args.gc_threshold or 700})",
+        ["jobs", "registry", "cron", "start s", "CPU s", "CPU ms/job", "CPU x memory", "server requests",
+         "per job", "fires during start", "RSS MiB"],
+        rows,
+        left={1, 2},
+    )  # fmt: skip
+    payload = {"gc_threshold": args.gc_threshold, "results": results}
+    write_results(NAME, args, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        sys.exit(_child(sys.argv[2:]))
+    run_script(main)

@@ -1,0 +1,52 @@
+"""``benchmarks.start_cost`` runs against real servers and separates a start-up from the
+fires that compete with it. No timing is asserted (speed targets are benchmarks)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import start_cost
+from scheduler.cron import CronSchedule
+from tests.servers.etcd import EtcdServer
+from tests.servers.external import ExternalServer
+from tests.servers.zookeeper import ZooKeeperServer
+
+
+def test_the_quiet_cron_fires_no_sooner_than_22_hours_from_now() -> None:
+    now = datetime.datetime.now()
+    expression = start_cost.quiet_cron(now)
+    gap = CronSchedule.parse(expression).next_fire(time.time())
+    assert gap is not None
+    # 23 hours away, give or take a daylight-saving shift of one hour
+    assert 22 * 3600 <= gap - time.time() <= 24 * 3600, expression
+
+
+@pytest.mark.slow
+def test_each_registry_and_cron_gets_its_own_start_with_server_counts(
+    tmp_path: Path,
+    zk_server: ZooKeeperServer | ExternalServer,
+    etcd_server: EtcdServer | ExternalServer,
+) -> None:
+    payload = start_cost.main(
+        ["--quick", "--jobs", "20", "--out", str(tmp_path), "--zk", zk_server.address, "--etcd", etcd_server.address]
+    )
+    written = json.loads((tmp_path / "start_cost.json").read_text())
+    assert written["benchmark"] == "start_cost" and written["results"] == payload["results"]
+    rows = {(r["backend"], r["crons"]): r for r in payload["results"]}
+    assert set(rows) == {(b, c) for b in ("memory", "zookeeper", "etcd") for c in ("quiet", "every-second")}
+    for (backend, cron), row in rows.items():
+        assert row["jobs"] == 20 and row["failed_jobs"] == 0
+        assert row["start_s"] > 0 and row["cpu_s"] > 0
+        if cron == "quiet":
+            assert row["fires_during_start"] == 0, row  # the start-up's own cost only
+        if backend == "memory":
+            assert row["server_requests"] is None and row["cpu_x_memory"] == 1.0
+        else:
+            # every job writes its config, server, instance, election and assignment
+            assert row["server_requests"] >= 5 * 20, row
+            assert row["requests_per_job"] == round(row["server_requests"] / 20, 1)
