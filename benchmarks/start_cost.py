@@ -109,8 +109,15 @@ def _run_child(url: str, jobs: int, cron: str, counter: str, gc_threshold: int, 
         sys.executable, "-m", "benchmarks.start_cost", "_child", "--registry", url, "--jobs", str(jobs),
         "--cron", cron, "--counter", counter, "--gc-threshold", str(gc_threshold), "--result", str(result_file),
     ]  # fmt: skip
+    bound = 300 + jobs / 10  # 10,000 every-second jobs took 109 s on ZooKeeper
     with open(log_file, "wb") as log:
-        proc = subprocess.run(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            proc = subprocess.run(
+                argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=bound
+            )
+        except subprocess.TimeoutExpired:
+            tail = log_file.read_text(errors="replace")[-3000:]
+            raise BenchmarkError(f"start of {jobs} jobs on {url} took over {bound:g} s:\n{tail}") from None
     if proc.returncode != 0 or not result_file.exists():
         tail = log_file.read_text(errors="replace")[-3000:]
         raise BenchmarkError(f"start of {jobs} jobs on {url} failed ({proc.returncode}):\n{tail}")

@@ -47,6 +47,10 @@ def test_each_registry_and_cron_gets_its_own_start_with_server_counts(
         if backend == "memory":
             assert row["server_requests"] is None and row["cpu_x_memory"] == 1.0
         else:
-            # every job writes its config, server, instance, election and assignment
-            assert row["server_requests"] >= 5 * 20, row
+            assert row["server_requests"] > 0, row
             assert row["requests_per_job"] == round(row["server_requests"] / 20, 1)
+        if backend == "zookeeper":
+            # the scheduler's tree watch reads each job's config, server, instance,
+            # election and assignment nodes, one request each at least (etcd's group
+            # commit and range reads may serve several jobs with one)
+            assert row["server_requests"] >= 5 * 20, row
