@@ -30,6 +30,7 @@ from registry.errors import NodeExistsError, RegistryError, TransactionError
 from registry.protocol import Create, Event, EventKind, RegistryCenter
 from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
+from scheduler.clock_skew import ClockSkew
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
@@ -90,8 +91,9 @@ class Runtime:
     wait_timeout: float
     stopping: threading.Event
     live: Callable[[], bool]
-    #: the local clock max_time_diff_seconds compares with the registry's
-    clock: Callable[[], float] = time.time
+    #: the registry's clock minus the local one for ``max_time_diff_seconds``, measured at
+    #: most once a second for every job (``scheduler/clock_skew.py``)
+    clock_skew: ClockSkew
     observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
     #: brings the namespace to this release's layout, driven by its job leaders
     layout: LayoutUpgrader | None = None
@@ -692,7 +694,7 @@ class JobRunner:
         limit = self._config.max_time_diff_seconds
         if limit < 0:
             return
-        skew = self._rt.reg.server_time() - self._rt.clock()
+        skew = self._rt.clock_skew.skew()
         if abs(skew) > limit:
             raise ClockSkewError(
                 f"local clock differs from the registry's by {skew:+.1f}s (max_time_diff_seconds={limit})"

@@ -25,6 +25,7 @@ from registry.protocol import Characteristic, RegistryCenter, SessionState
 from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.async_loop import AsyncLoop
+from scheduler.clock_skew import ClockSkew
 from scheduler.config import JobConfig, JobType
 from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
@@ -284,7 +285,7 @@ class Scheduler:
                 wait_timeout=self._wait_timeout,
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
-                clock=self._clock,
+                clock_skew=ClockSkew(reg, self._clock),
                 observer=self.observers,
                 layout=LayoutUpgrader(reg, cache, commit),
             )
