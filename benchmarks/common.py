@@ -33,6 +33,7 @@ __all__ = [
     "BenchmarkError",
     "Servers",
     "base_parser",
+    "child_result",
     "first_host",
     "git_revision",
     "machine_info",
@@ -356,6 +357,16 @@ def spawn_ready(argv: Sequence[str], log_path: Path, timeout: float = 30.0) -> s
                     continue
                 buffer += chunk
     return proc
+
+
+def child_result(returncode: int, result_file: Path, log_file: Path, what: str) -> dict[str, Any]:
+    """The JSON a child process wrote to ``result_file``; ``BenchmarkError`` naming ``what``
+    with the tail of its log when it failed or wrote nothing."""
+    if returncode != 0 or not result_file.exists():
+        tail = log_file.read_text(errors="replace")[-3000:]
+        raise BenchmarkError(f"{what} failed ({returncode}):\n{tail}")
+    result: dict[str, Any] = json.loads(result_file.read_text())
+    return result
 
 
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -57,9 +57,9 @@ from typing import Any
 from benchmarks.charts import Charts
 from benchmarks.common import (
     REPO_ROOT,
-    BenchmarkError,
     add_gc_threshold,
     base_parser,
+    child_result,
     print_table,
     run_script,
     servers,
@@ -551,11 +551,7 @@ def _run_child(
                 "progress": status,
                 "expected_fires": int(jobs * duration),
             }
-    if proc.returncode != 0 or not result_file.exists():
-        tail = log_file.read_text(errors="replace")[-3000:]
-        raise BenchmarkError(f"{scheduler} with {jobs} jobs failed ({proc.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(result_file.read_text())
-    return result
+    return child_result(proc.returncode, result_file, log_file, f"{scheduler} with {jobs} jobs")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

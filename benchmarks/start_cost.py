@@ -31,6 +31,7 @@ from benchmarks.common import (
     BenchmarkError,
     add_gc_threshold,
     base_parser,
+    child_result,
     print_table,
     run_script,
     servers,
@@ -118,11 +119,7 @@ def _run_child(url: str, jobs: int, cron: str, counter: str, gc_threshold: int, 
         except subprocess.TimeoutExpired:
             tail = log_file.read_text(errors="replace")[-3000:]
             raise BenchmarkError(f"start of {jobs} jobs on {url} took over {bound:g} s:\n{tail}") from None
-    if proc.returncode != 0 or not result_file.exists():
-        tail = log_file.read_text(errors="replace")[-3000:]
-        raise BenchmarkError(f"start of {jobs} jobs on {url} failed ({proc.returncode}):\n{tail}")
-    result: dict[str, Any] = json.loads(result_file.read_text())
-    return result
+    return child_result(proc.returncode, result_file, log_file, f"start of {jobs} jobs on {url}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
