@@ -326,6 +326,10 @@ def spawn_ready(argv: Sequence[str], log_path: Path, timeout: float = 30.0) -> s
 
     Its stderr goes to ``log_path``; its stdin stays open (a child that reads it learns of
     our death by EOF). On timeout or early exit it is killed and ``BenchmarkError`` names it.
+
+    Invariant: nothing after the ``ready`` line is consumed here. Its stdout is read a byte at
+    a time up to that line's end, so whatever the child prints next, even in the same
+    write, is left in the pipe for the caller's reader.
     """
     log = open(log_path, "ab")  # noqa: SIM115 - the child keeps writing after we return
     try:
@@ -340,10 +344,10 @@ def spawn_ready(argv: Sequence[str], log_path: Path, timeout: float = 30.0) -> s
         log.close()
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
-    buffer = b""
+    line = b""
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
-        while b"ready" not in buffer:
+        while line != b"ready\n":
             remaining = deadline - time.monotonic()
             if remaining <= 0 or proc.poll() is not None:
                 stop_child(proc)
@@ -351,11 +355,12 @@ def spawn_ready(argv: Sequence[str], log_path: Path, timeout: float = 30.0) -> s
                 state = "exited" if remaining > 0 else f"not ready after {timeout:g}s"
                 raise BenchmarkError(f"child {' '.join(argv[:4])}... {state}; stderr:\n{tail}")
             if selector.select(min(remaining, 0.2)):
-                chunk = os.read(proc.stdout.fileno(), 4096)
-                if not chunk:
+                byte = os.read(proc.stdout.fileno(), 1)
+                if not byte:
                     proc.wait(min(max(remaining, 0.1), 5.0))
                     continue
-                buffer += chunk
+                line = b"" if line.endswith(b"\n") else line
+                line += byte
     return proc
 
 

@@ -63,9 +63,15 @@ def _members(url: str, first: int, count: int, total: int) -> int:
 
     lock = threading.Lock()
     seen: dict[str, int] = {}
+    #: ``ran`` lines of fires before ``ready``: printed right after it, for the parent reads
+    #: the lines after ``ready`` only, and an epoch's first run is reported once
+    held: list[str] | None = []
 
     def out(line: str) -> None:
         with lock:
+            if held is not None:
+                held.append(line)
+                return
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
 
@@ -93,7 +99,10 @@ def _members(url: str, first: int, count: int, total: int) -> int:
         schedulers.append(sched)
     for sched in schedulers:
         sched.start()
-    out("ready")
+    with lock:
+        sys.stdout.write("".join(f"{line}\n" for line in ["ready", *(held or [])]))
+        sys.stdout.flush()
+        held = None
     stop = threading.Event()
 
     def report() -> None:

@@ -194,8 +194,8 @@ def test_elasticjob_count_is_derived_per_item() -> None:
 def test_resharding_scale_quick(quick_run: Path) -> None:
     document = _load(quick_run, "resharding_scale")
     assert set(document["results"]) == {"zookeeper", "etcd"}
-    for figures in document["results"].values():
-        assert figures["completed"], figures
+    for backend, figures in document["results"].items():
+        assert figures["completed"], f"{backend}: {figures.get('error')}\n{figures.get('diagnosis')}"
         for change in (*figures["joins"], *figures["leaves"]):
             # every instance ran the new epoch, after it was written
             assert change["epoch"] > 0
