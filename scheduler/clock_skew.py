@@ -13,7 +13,11 @@ Invariants:
 - one measurement at a time: callers that find the last one too old while another is under
   way wait for it, they do not start their own;
 - a failed measurement is not kept: the caller gets its error (its fire does not run, as
-  for any registry failure) and the next caller measures again.
+  for any registry failure) and the next caller measures again;
+- callers that waited for a measurement that failed get a ``ClockSkewError`` naming its error
+  and do not try again themselves. Hazard: with a partitioned registry each attempt waits for
+  its request timeout, and N jobs firing together would otherwise try one after another,
+  holding the coordinator threads for N timeouts.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 from collections.abc import Callable
 
 from registry.protocol import RegistryCenter
+from scheduler.errors import ClockSkewError
 
 __all__ = ["ClockSkew"]
 
@@ -39,6 +44,9 @@ class ClockSkew:
         self._lock = threading.Lock()
         #: (time.monotonic() when the measurement began, skew): one tuple, read without the lock
         self._last: tuple[float, float] | None = None
+        #: attempts ended, and the error of the last one if it failed (guarded by the lock)
+        self._ended = 0
+        self._failure: BaseException | None = None
         #: measurements made (for tests and benchmarks)
         self.measured = 0
 
@@ -46,13 +54,23 @@ class ClockSkew:
         last = self._last
         if last is not None and time.monotonic() - last[0] < self._max_age:
             return last[1]
+        ended_before = self._ended
         with self._lock:
             last = self._last  # measured by the caller this one waited for
             if last is not None and time.monotonic() - last[0] < self._max_age:
                 return last[1]
+            if self._ended != ended_before and self._failure is not None:
+                raise ClockSkewError(f"the registry's clock could not be read: {self._failure!r}") from self._failure
             # its age counts from before the round trip: never younger than it is
             began = time.monotonic()
-            skew = self._reg.server_time() - self._clock()
+            try:
+                skew = self._reg.server_time() - self._clock()
+            except BaseException as exc:
+                self._failure = exc
+                raise
+            finally:
+                self._ended += 1
+            self._failure = None
             self._last = (began, skew)
             self.measured += 1
             return skew

@@ -4,6 +4,8 @@ a write on ZooKeeper, and measured per fire it cost as many requests as fires.""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
 import time
 
@@ -69,6 +71,57 @@ def test_a_failed_measurement_is_not_kept(harness: Harness) -> None:
         assert abs(probe.skew()) < 1.5  # measured again at once, not the failure kept
         assert probe.measured == 1 and calls[0] == 2
     finally:
+        reg.close()
+
+
+def _waiting_for_the_lock(thread: threading.Thread) -> bool:
+    """``thread`` is blocked on the measurement lock of ``ClockSkew.skew``."""
+    source, first = inspect.getsourcelines(ClockSkew.skew)
+    lock_line = first + next(n for n, line in enumerate(source) if "with self._lock" in line)
+    frame = sys._current_frames().get(thread.ident or -1)
+    return frame is not None and frame.f_code is ClockSkew.skew.__code__ and frame.f_lineno == lock_line
+
+
+def test_callers_that_waited_for_a_failed_measurement_share_its_error(harness: Harness) -> None:
+    reg = harness.connect(harness.fresh_namespace())
+    release = threading.Event()
+    calls = [0]
+
+    def fails_slowly_once() -> float:
+        calls[0] += 1
+        if calls[0] == 1:
+            release.wait(10)  # a reading that hangs until its request times out
+            raise OSError("clock unreadable")
+        return time.time()
+
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            probe.skew()
+        except Exception as exc:
+            errors.append(exc)
+
+    try:
+        probe = ClockSkew(reg, fails_slowly_once)
+        first = threading.Thread(target=ask)
+        first.start()
+        wait_for(lambda: calls[0] == 1, 10, message="the first measurement under way")
+        waiters = [threading.Thread(target=ask) for _ in range(4)]
+        for thread in waiters:
+            thread.start()
+        wait_for(lambda: all(_waiting_for_the_lock(t) for t in waiters), 10, message="4 callers waiting")
+        release.set()
+        for thread in (first, *waiters):
+            thread.join(10)
+        # one attempt for the five callers: the waiters did not each try again
+        assert calls[0] == 1
+        assert sorted(type(e).__name__ for e in errors) == ["ClockSkewError"] * 4 + ["OSError"]
+        assert all("clock unreadable" in str(e) for e in errors), errors
+        assert abs(probe.skew()) < 1.5  # a caller after the failure measures again
+        assert calls[0] == 2
+    finally:
+        release.set()
         reg.close()
 
 
