@@ -450,14 +450,14 @@ def _bench_backend(backend: str, address: str, args: argparse.Namespace, workdir
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
-    parser.add_argument("--runs", type=int, default=None, help="runs per backend (default 5, quick 2)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per backend (default 5, quick 1)")
     parser.add_argument("--timeout", type=float, default=None, help="session timeout s (default 4, quick 2)")
     parser.add_argument(
         "--backends", default="zookeeper,etcd", help="comma-separated subset of zookeeper,etcd"
     )
     parser.add_argument("--no-anchors", action="store_true", help="measure shardjob only")
     args = parser.parse_args(argv)
-    args.runs = args.runs or (2 if args.quick else 5)
+    args.runs = args.runs or (1 if args.quick else 5)
     args.timeout = args.timeout or (2.0 if args.quick else 4.0)
     return args
 

@@ -7,7 +7,7 @@ Three ``Scheduler`` instances in this process, each on its own connection wrappe
 received; watch events are counted apart: the server pushes them, and on ZooKeeper each
 one also costs the backend a read to re-arm its one-shot watch). One every-second cron job
 whose items do nothing; once the assignment is settled and two fires have run, the counters
-are reset and K fires are counted (10, quick 3). Per instance: round trips / fires it ran.
+are reset and K fires are counted (10, quick 2). Per instance: round trips / fires it ran.
 
 ElasticJob's count is derived, not measured, from its run algorithm and registry layout
 (docs/registry-layout.md compares the two layouts): with
@@ -146,10 +146,10 @@ def _measure(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
     parser.add_argument("--items", default=None, help="comma-separated item counts (default 1,100,10000)")
-    parser.add_argument("--fires", type=int, default=None, help="fires counted (default 10, quick 3)")
+    parser.add_argument("--fires", type=int, default=None, help="fires counted (default 10, quick 2)")
     args = parser.parse_args(argv)
     args.items = [int(n) for n in (args.items or ("100" if args.quick else "1,100,10000")).split(",")]
-    args.fires = args.fires or (3 if args.quick else 10)
+    args.fires = args.fires or (2 if args.quick else 10)
     return args
 
 

@@ -232,9 +232,10 @@ class _Epochs:
         self._instances.cancel()
 
 
-def _change(fleet: _Fleet, epochs: _Epochs, expected: set[str], t0: float) -> dict[str, Any]:
+def _change(fleet: _Fleet, epochs: _Epochs, expected: set[str], t0: float, steady: float) -> dict[str, Any]:
     """Time from ``t0`` to the first READY epoch over exactly ``expected``, and to all of
-    them running under it; registry operations over that window beyond the steady rate."""
+    them running under it; registry operations over that window beyond the steady rate,
+    measured over the ``steady`` seconds before ``t0``."""
     if poll_until(lambda: epochs.first_over(expected, t0) is not None, 120, 0.01) is None:
         raise BenchmarkError(f"no READY assignment over the {len(expected)} instances within 120 s")
     found = epochs.first_over(expected, t0)
@@ -246,8 +247,7 @@ def _change(fleet: _Fleet, epochs: _Epochs, expected: set[str], t0: float) -> di
     assert all_running is not None
     time.sleep(2 * TRIPS_EVERY)  # the children's next counter reports cover the window's end
     duration = all_running - t0
-    before = t0 - 5.0
-    steady_rate = (fleet.trips_at(t0) - fleet.trips_at(before)) / 5.0
+    steady_rate = (fleet.trips_at(t0) - fleet.trips_at(t0 - steady)) / steady
     used = fleet.trips_at(all_running) - fleet.trips_at(t0)
     return {
         "epoch": epoch,
@@ -299,7 +299,7 @@ def _bench(url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         base = fleet.instances()
         joins, leaves = [], []
         for _ in range(args.repeats):
-            time.sleep(5.5)  # a steady window before the change, for the steady rate (not a condition)
+            time.sleep(args.steady + 0.5)  # a steady window before the change, for its rate (not a condition)
             spawned = time.time()
             joiner = fleet.spawn(1)
             if poll_until(lambda: bool(fleet.instances() - base), 120, 0.05) is None:
@@ -308,11 +308,11 @@ def _bench(url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             # the join is timed from the joiner's registration, not from its process start
             with epochs.lock:
                 t0 = min((epochs.registered.get(i, spawned) for i in joined), default=spawned)
-            joins.append(_change(fleet, epochs, base | joined, t0))
-            time.sleep(5.5)
+            joins.append(_change(fleet, epochs, base | joined, t0, args.steady))
+            time.sleep(args.steady + 0.5)
             t1 = time.time()
             fleet.stop(joiner)
-            leaves.append(_change(fleet, epochs, base, t1))
+            leaves.append(_change(fleet, epochs, base, t1, args.steady))
             with fleet.lock:
                 for instance in joined:
                     fleet.ran.pop(instance, None)
@@ -338,6 +338,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=None, help="child processes (default 4, quick 2)")
     parser.add_argument("--repeats", type=int, default=None, help="joins and leaves (default 3, quick 1)")
     parser.add_argument(
+        "--steady", type=float, default=None, help="s of steady state before each change (default 5, quick 2)"
+    )
+    parser.add_argument(
         "--backends", default="zookeeper,etcd", help="comma-separated, of zookeeper and etcd (default both)"
     )
     args = parser.parse_args(argv)
@@ -345,6 +348,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.items = args.items or (100 if args.quick else 10_000)
     args.processes = args.processes or (2 if args.quick else 4)
     args.repeats = args.repeats or (1 if args.quick else 3)
+    args.steady = args.steady or (2.0 if args.quick else 5.0)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - {"zookeeper", "etcd"})
     if unknown or not args.backends:
