@@ -168,16 +168,19 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
     journal = Journal()
     namespace = harness.fresh_namespace()
     link = harness.link()
-    sched = Scheduler(link.url(namespace, session_timeout=harness.min_session_timeout * 5), max_workers=TOTAL)
+    # a request waits up to connect_timeout for the link: the removal fails 1.5 s into the
+    # cut, well within the session's 5 x timeout
+    url = link.url(namespace, session_timeout=harness.min_session_timeout * 5, connect_timeout=1.5)
+    sched = Scheduler(url, max_workers=TOTAL)
     schedulers.append(sched)
     sched.add_job(
         JobConfig(name="job", cron="* * * * * ?", sharding_total_count=2, failover=True),
         journal.job(sched.instance_id, hold=0.6),
     )
+    observer = harness.connect(namespace)
     try:
         sched.start()
         wait_for(lambda: len(journal.pairs()) >= 4, 30, message="two fires run")
-        observer = harness.connect(namespace)
         wait_for(
             inside_a_run(journal, observer, sched.instance_id), 5, interval=0.005, message="inside a run"
         )
@@ -193,6 +196,10 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
         )
         assert not service.mark_in_doubt
     finally:
+        # shut down over the link: closed first, the shutdown would wait out its requests
+        link.restore()
+        sched.shutdown(wait=True)
+        observer.close()
         link.close()
 
 
