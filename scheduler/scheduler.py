@@ -265,10 +265,11 @@ class Scheduler:
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
             workers = WorkerPool(self._max_workers, "shardjob-worker")
-            # fires in flight at once: one when the registry's calls never wait (more
-            # threads would only take turns on the GIL), else one per coordinator thread
-            in_flight = self._coordinator_threads if Characteristic.NETWORK in reg.characteristics else 1
-            timer = Timer(coordinator, parallel=in_flight, max_drains=self._coordinator_threads)
+            # one drain at a time on every registry: a fire hands its writes to the group
+            # commit and never waits for them, so more drains would only take turns on the
+            # GIL with the committers; a fire that does wait (a leader resharding) gets
+            # another drain started after the timer's stall
+            timer = Timer(coordinator, max_drains=self._coordinator_threads)
             # a memory registry never waits: one committer, not threads taking turns on the GIL
             batcher = TransactionBatcher(reg, committers=4 if Characteristic.NETWORK in reg.characteristics else 1).start()
             commit = batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction

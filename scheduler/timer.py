@@ -4,10 +4,10 @@ most reported scaling failure: 7,000 jobs, 20,000 threads).
 A heap of due times; the thread sleeps until the earliest and queues each due callback
 for *drains*: tasks on an executor that run queued callbacks one after the other until
 the queue is empty. Many jobs due at the same second cost one task, not one per fire —
-and, above all, not several threads taking turns on the GIL for work that never waits
-(the memory backend's): ``parallel`` drains start at once (the registry's calls wait on
-the network, so several fires in flight pay), and one more starts whenever a callback has
-held its drain for ``stall`` seconds with others queued, up to ``max_drains``.
+and, above all, not several threads taking turns on the GIL for work that never waits (a
+fire plans its writes and queues them for the group commit): ``parallel`` drains start at
+once (one, the scheduler's choice on every registry), and one more starts whenever a
+callback has held its drain for ``stall`` seconds with others queued, up to ``max_drains``.
 
 Invariants: the thread count is one, whatever the number of jobs; a callback never runs
 on the timer thread itself; callbacks start in due order; a slow callback holds up the
