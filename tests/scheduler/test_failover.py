@@ -177,10 +177,10 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
         JobConfig(name="job", cron="* * * * * ?", sharding_total_count=2, failover=True),
         journal.job(sched.instance_id, hold=0.6),
     )
-    observer = harness.connect(namespace)
     try:
         sched.start()
         wait_for(lambda: len(journal.pairs()) >= 4, 30, message="two fires run")
+        observer = harness.connect(namespace)
         wait_for(
             inside_a_run(journal, observer, sched.instance_id), 5, interval=0.005, message="inside a run"
         )
@@ -199,7 +199,6 @@ def test_a_mark_whose_removal_was_cut_off_does_not_stop_later_runs(
         # shut down over the link: closed first, the shutdown would wait out its requests
         link.restore()
         sched.shutdown(wait=True)
-        observer.close()
         link.close()
 
 
