@@ -6,7 +6,6 @@ segment; the namespace is a prefix applied and removed here, so callers never se
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 __all__ = [
@@ -25,16 +24,22 @@ _FORBIDDEN_SEGMENTS = {".", ".."}
 
 
 def validate_path(path: object) -> str:
-    """Return ``path`` unchanged if it is a valid registry path, else raise ``ValueError``."""
+    """Return ``path`` unchanged if it is a valid registry path, else raise ``ValueError``.
+
+    Every op of every fire passes here, so a well-formed path is recognised by a few
+    substring scans (a segment ``.`` or ``..`` always shows as ``/.``); only a path that
+    fails them is split into segments, to raise the error that names its fault or to
+    accept a name that merely starts with a dot. No cache: at 10,000 jobs one holding
+    every path a fire names cost 8 MiB for 0.1 µs saved per path.
+    """
     if not isinstance(path, str):
         raise ValueError(f"registry path must be a str, got {type(path).__name__}")
-    return _validate(path)
+    if path[:1] == "/" and path[-1:] != "/" and "//" not in path and "/." not in path and "\x00" not in path:
+        return path
+    return _validate_slowly(path)
 
 
-@functools.lru_cache(maxsize=65_536)  # 10,000 jobs name 3 paths each per fire
-def _validate(path: str) -> str:
-    """The checks of ``validate_path``; cached, since every fire names the same few paths
-    (only valid paths are cached: a path that raises is checked again next time)."""
+def _validate_slowly(path: str) -> str:
     if not path.startswith("/"):
         raise ValueError(f"registry path must be absolute (start with '/'): {path!r}")
     if path == "/":
@@ -68,12 +73,17 @@ def basename(path: str) -> str:
     return path.rpartition("/")[2]
 
 
-@functools.lru_cache(maxsize=65_536)
 def ancestors(path: str) -> tuple[str, ...]:
     """Proper ancestors of ``path``, root excluded, outermost first: /a/b/c -> (/a, /a/b).
-    Cached: every transaction that creates a node (a running mark per fire) asks."""
-    parts = path.strip("/").split("/")
-    return tuple("/" + "/".join(parts[:i]) for i in range(1, len(parts)))
+    Not cached (every create asks, a fire's mark included): slicing at each ``/`` costs
+    about what a cache lookup does, and a cache of every created path held 16 MiB at
+    10,000 jobs."""
+    found = []
+    cut = path.find("/", 1)
+    while cut != -1:
+        found.append(path[:cut])
+        cut = path.find("/", cut + 1)
+    return tuple(found)
 
 
 def is_below(path: str, root: str) -> bool:

@@ -14,7 +14,6 @@ thread count does not grow with the number of jobs.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import logging
@@ -189,14 +188,18 @@ class JobRunner:
         self._listeners = list(listeners)
         self._error_handler = error_handler
         self.paths = JobPaths(config.name)
+        # Per-job state is what 10,000 jobs in one process multiply: what most jobs never
+        # use (a waiter on the run's end, jitter, a corrupt configuration) is made on first
+        # use, and the owed fires are a list (56 bytes empty; a deque takes 760).
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
+        self._idle: threading.Condition | None = None  # made by wait_idle, under _lock
         self._running = False
-        # fires owed: a misfire (coalesced to one, as ElasticJob) and, with failover, every
-        # fire missed while the session was down (each one, bounded)
-        self._owed: collections.deque[float] = collections.deque(maxlen=MAX_MISSED_FIRES)
+        # fires owed, oldest first: a misfire (coalesced to one, as ElasticJob) and, with
+        # failover, every fire missed while the session was down (each one, the newest
+        # MAX_MISSED_FIRES)
+        self._owed: list[float] = []
         self._sharding: ShardingService | None = None
-        self._reported: set[bytes] = set()
+        self._reported: set[bytes] | None = None
         # the timer entry of every fire: made once, not a key and a bound method per fire
         # that lived a second each (long enough to burden the oldest GC generation)
         self._fire_key = (config.name, "fire")
@@ -205,7 +208,7 @@ class JobRunner:
         #: the jitter chosen for the fire holding the run slot (lateness leaves it out)
         self._delay = 0.0
         #: timer keys of jittered fires not yet started
-        self._jittered: set[tuple[str, str, float]] = set()
+        self._jittered: set[tuple[str, str, float]] | None = None
         #: set by stop_firing: retries stop, their backoffs end
         self._halted = False
 
@@ -240,6 +243,7 @@ class JobRunner:
             on_resharded=functools.partial(self._rt.observer.resharded, self.name),
             commit=self._rt.commit,
             on_leading=None if self._rt.layout is None else self._rt.layout.upgrade,
+            paths=self.paths,
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
@@ -282,7 +286,7 @@ class JobRunner:
         self._rt.timer.cancel((self.name, "reconcile"))
         self._rt.timer.cancel((self.name, "retry"))
         with self._lock:
-            jittered, self._jittered = self._jittered, set()
+            jittered, self._jittered = self._jittered or set(), None
         for key in jittered:
             self._rt.timer.cancel(key)
         if self._config.retries:
@@ -293,7 +297,9 @@ class JobRunner:
         self._rt.cache.remove_listener(self._on_failover_event, under=self.paths.failover_items)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        with self._idle:
+        with self._lock:
+            if self._idle is None:
+                self._idle = threading.Condition(self._lock)
             return self._idle.wait_for(lambda: not self._running, timeout)
 
     def leave(self) -> None:
@@ -330,6 +336,8 @@ class JobRunner:
         try:
             stored = JobConfig.from_json(self.paths.config, raw)
         except CorruptNodeError as exc:
+            if self._reported is None:
+                self._reported = set()
             if raw not in self._reported:
                 self._reported.add(raw)
                 log.error("job %s: %s; keeping the configuration in force", self.name, exc)
@@ -407,12 +415,14 @@ class JobRunner:
         jobs on one cron spread their starts); the fire time stays ``scheduled``."""
         key = (self.name, "jitter", scheduled)
         with self._lock:
+            if self._jittered is None:
+                self._jittered = set()
             self._jittered.add(key)
         self._rt.timer.schedule(key, scheduled + delay, functools.partial(self._fire_jittered, key, delay))
 
     def _fire_jittered(self, key: tuple[str, str, float], delay: float, _due: float) -> None:
         with self._lock:
-            if key not in self._jittered:
+            if self._jittered is None or key not in self._jittered:
                 return  # stop_firing came first
             self._jittered.discard(key)
         self.fire(key[2], delay=delay)
@@ -635,12 +645,10 @@ class JobRunner:
         if policy is OwedFires.EVERY:
             owed = self._owed
             if fire_time not in owed:
-                if owed and fire_time < owed[-1]:  # a late fire owed after the ones it missed
-                    ordered = sorted([*owed, fire_time])
-                    owed.clear()
-                    owed.extend(ordered)
-                else:
-                    owed.append(fire_time)
+                owed.append(fire_time)
+                if len(owed) > 1 and fire_time < owed[-2]:  # a late fire owed after the ones it missed
+                    owed.sort()
+                del owed[:-MAX_MISSED_FIRES]  # the oldest beyond the bound
             what = "owed until the session is back" if session_down else "owed until the run ends"
         elif policy is OwedFires.ONE:
             if not self._owed:
@@ -850,10 +858,11 @@ class JobRunner:
 
     def _run_ended(self, *, replay: bool = True) -> None:
         """The run (or the attempt) is over; with ``replay``, start what is owed next."""
-        with self._idle:
+        with self._lock:
             self._running = False
-            self._idle.notify_all()
-            missed = self._owed.popleft() if replay and self._owed and self._live() else None
+            if self._idle is not None:
+                self._idle.notify_all()
+            missed = self._owed.pop(0) if replay and self._owed and self._live() else None
         if self._rt.stopping.is_set() or not replay:
             return
         if missed is not None:

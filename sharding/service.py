@@ -105,6 +105,7 @@ class ShardingService:
         on_resharded: Callable[[int, float], None] | None = None,
         commit: Commit | None = None,
         on_leading: Callable[[Sequence[Check]], object] | None = None,
+        paths: JobPaths | None = None,
     ) -> None:
         self._reg = reg
         # called with this leader's fence on each evaluation it leads: the namespace's
@@ -113,7 +114,10 @@ class ShardingService:
         # registration, election, leaving and resharding transactions: a scheduler's group
         # commit, so N jobs starting, stopping or resharding together share round trips
         self._commit = reg.transaction if commit is None else commit
-        self.paths = JobPaths(job)
+        if paths is not None and paths.job != job:
+            raise ValueError(f"paths of job {paths.job!r} given for job {job!r}")
+        # the caller's, when it has them: each JobPaths holds every path it has built
+        self.paths = JobPaths(job) if paths is None else paths
         self.identity = identity
         self._settings = settings
         self._executor = executor
@@ -141,7 +145,7 @@ class ShardingService:
         self._last_ready: CurrentAssignment | None = None
         self._evaluation_pending = False
         self._phase = _Phase.NEW
-        self._reported_corrupt: set[tuple[str, int]] = set()
+        self._reported_corrupt: set[tuple[str, int]] | None = None  # made on first use
         self._assignment_listeners: list[Callable[[], None]] = []
         #: this instance's running mark: the fencing point of every run
         self.marks = RunMarks(
@@ -316,6 +320,8 @@ class ShardingService:
         return assignment
 
     def _report_corrupt(self, path: str, version: int, problem: str) -> None:
+        if self._reported_corrupt is None:
+            self._reported_corrupt = set()
         if (path, version) not in self._reported_corrupt:
             self._reported_corrupt.add((path, version))
             log.error("job %s: corrupt registry node %s (%s); it will be rewritten", self.job, path, problem)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from scheduler import JobConfig, JobListener, JobRun, JobType, Scheduler, ShardingContext
+from scheduler import runner as runner_module
 from sharding import get_strategy
 from sharding.layout import JobPaths
 from tests.harness import Harness
@@ -264,6 +265,29 @@ def test_fires_the_timer_passed_while_late_are_owed_with_failover(
     with lock:
         before = [f for f in ran if f < started]
     assert before == want
+
+
+def test_owed_fires_stay_in_fire_order_and_keep_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fires owed with failover are replayed oldest first, a late one sorted among them,
+    and beyond ``MAX_MISSED_FIRES`` the oldest give way (an outage of days owes the
+    newest fires, not a backlog without end)."""
+    monkeypatch.setattr(runner_module, "MAX_MISSED_FIRES", 3)
+    sched = Scheduler("memory://owed-bound/ns")
+    sched.add_job(JobConfig(name="owing", cron="0 0 0 1 1 ? 2099", failover=True), lambda ctx: None)
+    sched.start()
+    try:
+        runner = sched.runner("owing")
+        with runner._lock:
+            for fire_time in (10.0, 30.0, 20.0, 20.0):
+                runner._owe(fire_time, session_down=True)
+            assert runner._owed == [10.0, 20.0, 30.0]  # sorted, each fire once
+            runner._owe(40.0, session_down=True)
+            runner._owe(5.0, session_down=True)
+            assert runner._owed == [20.0, 30.0, 40.0]  # the two oldest gave way
+        runner.forget_owed()
+        assert runner._owed == []
+    finally:
+        sched.shutdown()
 
 
 class _Counting(JobListener):

@@ -702,3 +702,17 @@ class _Stopper:
 
     def close(self) -> None:
         self._service.stop()
+
+
+def test_paths_of_another_job_are_refused(executor: ThreadPoolExecutor) -> None:
+    """A caller may hand its own ``JobPaths`` over (one set of path strings per job, not
+    two); paths built for another job would fence and mark the wrong job's nodes."""
+    reg = registry.connect("memory://paths-check/ns")
+    try:
+        identity = InstanceIdentity.create(ids(1)[0])
+        with pytest.raises(ValueError, match="'other'"):
+            ShardingService(reg, JOB, identity, ShardingSettings(total=1), executor=executor, paths=JobPaths("other"))
+        mine = JobPaths(JOB)
+        assert ShardingService(reg, JOB, identity, ShardingSettings(total=1), executor=executor, paths=mine).paths is mine
+    finally:
+        reg.close()
