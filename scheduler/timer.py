@@ -5,9 +5,9 @@ A heap of due times; the thread sleeps until the earliest and queues each due ca
 for *drains*: tasks on an executor that run queued callbacks one after the other until
 the queue is empty. Many jobs due at the same second cost one task, not one per fire —
 and, above all, not several threads taking turns on the GIL for work that never waits (a
-fire plans its writes and queues them for the group commit): ``parallel`` drains start at
-once (one, the scheduler's choice on every registry), and one more starts whenever a
-callback has held its drain for ``stall`` seconds with others queued, up to ``max_drains``.
+fire plans its writes and queues them for the group commit): one drain runs at a time, and
+one more starts whenever a callback has held its drain for ``stall`` seconds with others
+queued, up to ``max_drains``.
 
 Invariants: the thread count is one, whatever the number of jobs; a callback never runs
 on the timer thread itself; callbacks start in due order; a slow callback holds up the
@@ -39,15 +39,13 @@ class Timer:
         executor: Executor,
         name: str = "shardjob-timer",
         *,
-        parallel: int = 1,
         max_drains: int = 4,
         stall: float = 0.1,
     ) -> None:
-        if not 1 <= parallel <= max_drains:
-            raise ValueError(f"need 1 <= parallel ({parallel}) <= max_drains ({max_drains})")
+        if max_drains < 1:
+            raise ValueError(f"need max_drains >= 1, got {max_drains}")
         self._executor = executor
         self._name = name
-        self._parallel = parallel
         self._max_drains = max_drains
         self._stall = stall
         self._heap: list[tuple[float, int, Hashable]] = []
@@ -137,8 +135,8 @@ class Timer:
         if not self._ready:
             return 0
         running = len(self._drains)
-        if running < self._parallel:
-            return min(self._parallel - running, len(self._ready))
+        if running == 0:
+            return 1
         return 1 if self._any_stalled() and running < self._max_drains else 0
 
     def _any_stalled(self) -> bool:
@@ -151,12 +149,12 @@ class Timer:
         while True:
             with self._lock:
                 self._drains[drain] = None  # between callbacks: not stalled
-                # A drain beyond ``parallel`` was started to rescue the queue from a stalled
+                # A drain beyond the first was started to rescue the queue from a stalled
                 # one: it leaves once none is stalled. Hazard: left running, the drains a
                 # passing stall started (a full garbage collection is one) stay as long as
                 # the queue is never empty, taking turns on the GIL for work that never
                 # waits, which only adds to what each fire costs
-                surplus = len(self._drains) > self._parallel and not self._any_stalled()
+                surplus = len(self._drains) > 1 and not self._any_stalled()
                 if not self._ready or self._stopped or surplus:
                     del self._drains[drain]
                     return

@@ -1,5 +1,5 @@
-"""The timer's drains: due callbacks start in due order, one at a time when ``parallel`` is
-1, and a callback that blocks holds up the others only until another drain takes over."""
+"""The timer's drains: due callbacks start in due order, one at a time, and a callback
+that blocks holds up the others only until another drain takes over."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def pool() -> Iterator[ThreadPoolExecutor]:
 
 
 def test_callbacks_due_together_run_in_due_order_one_at_a_time(pool: ThreadPoolExecutor) -> None:
-    timer = Timer(pool, parallel=1, max_drains=4, stall=5.0)
+    timer = Timer(pool, max_drains=4, stall=5.0)
     lock = threading.Lock()
     ran: list[float] = []
     busy = [0, 0]  # now, most at once
@@ -57,7 +57,7 @@ def test_callbacks_due_together_run_in_due_order_one_at_a_time(pool: ThreadPoolE
 def test_a_blocked_callback_holds_the_others_only_until_another_drain_starts(
     pool: ThreadPoolExecutor,
 ) -> None:
-    timer = Timer(pool, parallel=1, max_drains=2, stall=0.2)
+    timer = Timer(pool, max_drains=2, stall=0.2)
     release = threading.Event()
     ran: list[str] = []
 
@@ -83,8 +83,8 @@ def test_a_blocked_callback_holds_the_others_only_until_another_drain_starts(
 
 def test_a_rescue_drain_leaves_once_nothing_is_stalled(pool: ThreadPoolExecutor) -> None:
     """The drain started for a blocked callback stops when that callback returns: the queue
-    goes back to one drain at a time (``parallel``), not to every drain a stall started."""
-    timer = Timer(pool, parallel=1, max_drains=2, stall=0.2)
+    goes back to one drain at a time, not to every drain a stall started."""
+    timer = Timer(pool, max_drains=2, stall=0.2)
     release = threading.Event()
     lock = threading.Lock()
     spans: list[tuple[float, float]] = []  # the quick callbacks' (start, end)
@@ -119,6 +119,6 @@ def test_a_rescue_drain_leaves_once_nothing_is_stalled(pool: ThreadPoolExecutor)
     assert overlapping == [], f"{len(overlapping)} callbacks ran beside another after the stall ended"
 
 
-def test_parallel_must_fit_max_drains(pool: ThreadPoolExecutor) -> None:
-    with pytest.raises(ValueError, match="parallel"):
-        Timer(pool, parallel=3, max_drains=2)
+def test_max_drains_must_be_positive(pool: ThreadPoolExecutor) -> None:
+    with pytest.raises(ValueError, match="max_drains"):
+        Timer(pool, max_drains=0)
