@@ -89,6 +89,9 @@ class CountingRegistry:
     def state(self) -> SessionState:
         return self._inner.state
 
+    def transaction_cost(self, ops: Sequence[Op]) -> int:
+        return self._inner.transaction_cost(ops)
+
     def get(self, path: str) -> bytes | None:
         value = self._inner.get(path)
         self._count("get", received=len(value or b""))

@@ -144,10 +144,6 @@ class Characteristic(enum.Enum):
     NETWORK = "network"
     #: the registry outlives this process and coordinates the processes of a fleet
     DISTRIBUTED = "distributed"
-    #: any transaction within the protocol's limits (``MAX_TXN_OPS`` ops) fits the server
-    #: as it is, whatever parents its ops need: a group commit may fill it. etcd counts the
-    #: compares guarding parents against the same limit, so it does not declare this
-    FULL_WIDTH_TRANSACTIONS = "full-width-transactions"
 
 
 @runtime_checkable
@@ -226,6 +222,15 @@ class RegistryCenter(Protocol):
         written (Create/Set/Delete) at most once per transaction, and never inside a
         subtree the same transaction deletes (``ValueError`` for either).
         """
+        ...
+
+    def transaction_cost(self, ops: Sequence[Op]) -> int:
+        """The share of one transaction's room that ``ops`` take on this backend.
+
+        Transactions whose costs sum to at most ``MAX_TXN_OPS`` (128) fit ONE transaction
+        of the server as they are, parents they create aside: a group commit fills its
+        shared transactions by this count. ``len(ops)`` where the server takes the ops as
+        they come (ZooKeeper, memory); more where it expands them (etcd)."""
         ...
 
     def watch(

@@ -323,6 +323,9 @@ class BaseRegistry(abc.ABC):
         stored = self._stored_writable(path)
         self._call(self._delete, stored)
 
+    def transaction_cost(self, ops: Sequence[Op]) -> int:
+        return len(ops)
+
     def transaction(self, ops: Sequence[Op]) -> None:
         ops = list(ops)
         stored_ops = self._check_ops(ops)

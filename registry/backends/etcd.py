@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pyetcd import etcdrpc
@@ -45,6 +45,7 @@ from registry.backends.etcd_txn import (
     range_op,
     read_states,
     subtree_prefix,
+    transaction_cost,
     version_cmp,
 )
 from registry.backends.etcd_watch import WatchSupervisor
@@ -226,6 +227,9 @@ class EtcdRegistry(BaseRegistry):
     def _delete(self, path: str) -> None:
         request = etcdrpc.TxnRequest(compare=[], success=delete_ops(path), failure=[])
         self._write(request, "delete")
+
+    def transaction_cost(self, ops: Sequence[Op]) -> int:
+        return transaction_cost(ops)
 
     def _transaction(self, ops: list[Op]) -> None:
         missing: set[str] | None = None  # None: parents assumed present, not read yet

@@ -42,6 +42,7 @@ __all__ = [
     "range_op",
     "read_states",
     "subtree_prefix",
+    "transaction_cost",
     "version_cmp",
 ]
 
@@ -262,6 +263,25 @@ def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPla
         success.append((enc(parent), b"", 0, False))
     plan.optional.extend((enc(parent), _VERSION, _GT, 0) for parent in guard)
     return plan
+
+
+def transaction_cost(ops: Sequence[Op]) -> int:
+    """The longest of the three lists ``plan_transaction`` makes of ``ops`` when their
+    parents exist: a compare per op plus a guard per created node's parent, a write per
+    Create or Set and two per Delete (the key and the range below it), a read per path.
+    Costs of several transactions add up to at most the lists of their union, so requests
+    whose costs sum to 128 fit one etcd transaction with every guard. A batch of creates
+    whose parents are missing may still overflow; ``EtcdRegistry`` then reads the parents
+    and leaves the guards out, or refuses the batch as too large (nothing applied)."""
+    compares = writes = len(ops)
+    for op in ops:
+        if isinstance(op, Create):
+            compares += 1
+        elif isinstance(op, Delete):
+            writes += 1
+        elif not isinstance(op, Set):
+            writes -= 1  # a Check writes nothing
+    return max(compares, writes)
 
 
 def creates_parents(ops: Sequence[Op]) -> list[str]:

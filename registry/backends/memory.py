@@ -401,7 +401,7 @@ class MemoryRegistry(BaseRegistry):
     backend_name = "memory"
     url_options = frozenset({"session_timeout", "connect_timeout", "link"})
     #: in this process only, and its calls never wait on a network
-    characteristics: frozenset[Characteristic] = frozenset({Characteristic.FULL_WIDTH_TRANSACTIONS})
+    characteristics: frozenset[Characteristic] = frozenset()
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)

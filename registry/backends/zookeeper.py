@@ -45,7 +45,7 @@ from registry.backends.zookeeper_txn import run_transaction
 from registry.backends.zookeeper_watch import TreeWatcher
 from registry.errors import NoNodeError, RegistryConnectionError, RegistryError
 from registry.paths import parent
-from registry.protocol import Characteristic, Node, Op, SessionState
+from registry.protocol import Node, Op, SessionState
 from registry.url import RegistryURL
 
 __all__ = ["ZooKeeperRegistry"]
@@ -90,10 +90,6 @@ class ZooKeeperRegistry(BaseRegistry):
     nodes this client creates are writable by that identity only, readable by all."""
 
     backend_name = "zookeeper"
-    #: a multi holds any number of ops (up to its 1 MiB request) and guards no parents
-    characteristics: frozenset[Characteristic] = frozenset(
-        {Characteristic.NETWORK, Characteristic.DISTRIBUTED, Characteristic.FULL_WIDTH_TRANSACTIONS}
-    )
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)

@@ -1,7 +1,9 @@
 """Group commit: independent transactions of many callers applied in shared ones.
 
 Callers submit a transaction's ops with a completion callback. A committer thread takes
-what is queued — at most ``max_ops`` ops and ``max_bytes`` of values, waiting at most
+what is queued — at most ``max_ops`` of the backend's ``transaction_cost`` (ops on
+ZooKeeper and memory, the longest list of etcd's compares, writes and reads) and
+``max_bytes`` of values, waiting at most
 ``max_delay`` for more once the oldest request is queued — and applies it as ONE registry
 transaction: a thousand jobs firing in the same second cost a few dozen round trips, not a
 thousand. ``committers`` threads keep that many shared transactions in flight: a server
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 
 from registry.backends.base import MAX_TXN_OPS
 from registry.errors import RegistryError, TransactionError
-from registry.protocol import Characteristic, Check, Delete, Op, RegistryCenter
+from registry.protocol import Check, Delete, Op, RegistryCenter
 
 __all__ = ["BatcherClosed", "Commit", "CommitCallback", "TransactionBatcher"]
 
@@ -66,6 +68,7 @@ class _Request:
     ops: Sequence[Op]
     callback: CommitCallback
     size: int
+    cost: int  # reg.transaction_cost(ops)
     queued: float
     written: frozenset[str] = field(default_factory=frozenset)
 
@@ -73,10 +76,8 @@ class _Request:
 class TransactionBatcher:
     """Group commit of independent transactions over ``reg`` (module docstring).
 
-    The defaults keep a shared transaction at half of the protocol's limits (128 ops, 1 MB
-    of values), or at all of its ops where the backend declares
-    ``FULL_WIDTH_TRANSACTIONS``: etcd also counts the compares that guard parents against
-    the same 128, and a batch that overflows them costs it a read before the write.
+    The defaults fill a shared transaction to the protocol's 128 of the backend's
+    ``transaction_cost`` and half of its 1 MB of values.
     """
 
     def __init__(
@@ -90,8 +91,7 @@ class TransactionBatcher:
         name: str = "shardjob-commit",
     ) -> None:
         if max_ops is None:
-            full = Characteristic.FULL_WIDTH_TRANSACTIONS in reg.characteristics
-            max_ops = MAX_TXN_OPS if full else MAX_TXN_OPS // 2
+            max_ops = MAX_TXN_OPS
         if max_ops < 1 or max_bytes < 1 or max_delay < 0 or committers < 1:
             raise ValueError("max_ops, max_bytes and committers must be >= 1 and max_delay >= 0")
         self._reg = reg
@@ -153,7 +153,7 @@ class TransactionBatcher:
                     size += len(op.value)
         if self._closed:
             raise BatcherClosed("the transaction batcher is closed")
-        request = _Request(ops, callback, size, time.monotonic(), frozenset(paths))
+        request = _Request(ops, callback, size, self._reg.transaction_cost(ops), time.monotonic(), frozenset(paths))
         # No lock on this path (every fire passes here twice): the append is atomic, and a
         # committer announces itself in ``_idle`` BEFORE it looks at the queue, so either
         # it sees this request or this sees it idle and wakes it.
@@ -234,13 +234,13 @@ class TransactionBatcher:
     def _full(self) -> bool:
         # By index, not by iterating: submits append without the lock, and an iterator
         # raises once the deque has grown. Only committers, under the lock, take from the
-        # left, so the first indices stay put; a request has at least one op, so the first
+        # left, so the first indices stay put; a request costs at least 1, so the first
         # max_ops requests tell.
         pending = self._pending
-        ops = 0
+        cost = 0
         for index in range(min(len(pending), self.max_ops)):
-            ops += len(pending[index].ops)
-            if ops >= self.max_ops:
+            cost += pending[index].cost
+            if cost >= self.max_ops:
                 return True
         return False
 
@@ -248,11 +248,11 @@ class TransactionBatcher:
         """The oldest requests that fit together (lock held); the first always goes."""
         batch: list[_Request] = []
         kept: collections.deque[_Request] = collections.deque()
-        ops = size = 0
+        cost = size = 0
         written: set[str] = set()
         while self._pending:
             request = self._pending.popleft()
-            fits = ops + len(request.ops) <= self.max_ops and size + request.size <= self.max_bytes
+            fits = cost + request.cost <= self.max_ops and size + request.size <= self.max_bytes
             if batch and not fits:
                 self._pending.appendleft(request)
                 break
@@ -260,7 +260,7 @@ class TransactionBatcher:
                 kept.append(request)  # writes a path this batch writes: the next batch
                 continue
             batch.append(request)
-            ops += len(request.ops)
+            cost += request.cost
             size += request.size
             written |= request.written
         self._pending.extendleft(reversed(kept))

@@ -22,7 +22,7 @@ from registry.backends import (
 )
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
-from registry.protocol import Characteristic
+from registry.protocol import Characteristic, Check, Create, Delete, Op
 from tests.registry.plugin_backend import EchoRegistry
 
 
@@ -60,12 +60,19 @@ def test_a_backend_owns_its_url_options() -> None:
 
 def test_backends_declare_what_callers_may_rely_on() -> None:
     network = {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
-    full_width = Characteristic.FULL_WIDTH_TRANSACTIONS
-    assert backend_class("memory").characteristics == {full_width}
-    assert backend_class("zookeeper").characteristics == {*network, full_width}
-    assert backend_class("etcd").characteristics == network  # its parent guards count against 128
+    assert backend_class("memory").characteristics == set()
+    assert backend_class("zookeeper").characteristics == network
+    assert backend_class("etcd").characteristics == network
     with registry.connect("memory://backends-test/ns") as reg:
-        assert CountingRegistry(reg).characteristics == {full_width}  # a wrapper passes them on
+        assert CountingRegistry(reg).characteristics == set()  # a wrapper passes them on
+
+
+def test_a_transaction_costs_its_ops_where_the_server_takes_them_as_they_come() -> None:
+    mark: list[Op] = [Check("/j/sharding", 1), Check("/j/instances/i", 2), Create("/j/running/i", b"t")]
+    with registry.connect("memory://backends-cost/ns") as reg:
+        assert reg.transaction_cost(mark) == 3
+        assert CountingRegistry(reg).transaction_cost([Delete("/j/running/i")]) == 1
+    # etcd expands them: tests/registry/test_etcd_txn_cost.py
 
 
 def test_a_third_party_backend_registers_through_the_entry_point_group(plugins: None) -> None:

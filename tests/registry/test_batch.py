@@ -17,21 +17,29 @@ import registry
 from registry.backends.base import MAX_TXN_BYTES, MAX_TXN_OPS, BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
-from registry.protocol import Characteristic, Check, Create, Delete, Op
+from registry.protocol import Check, Create, Delete, Op
 from registry.recipes.batch import BatcherClosed, TransactionBatcher
 from tests.waiting import wait_for
 
 
 class _Recording(CountingRegistry):
-    """Counts, and keeps the op count and value bytes of every transaction sent."""
+    """Counts, and keeps the op count and value bytes of every transaction sent, its
+    ``transaction_cost`` and whether the backend refused it."""
 
     def __init__(self, inner: BaseRegistry) -> None:
         super().__init__(inner)
         self.sent: list[tuple[int, int]] = []
+        self.costs: list[int] = []
+        self.refused: list[BaseException] = []
 
     def transaction(self, ops: Sequence[Op]) -> None:
         self.sent.append((len(ops), sum(len(getattr(op, "value", b"")) for op in ops)))
-        super().transaction(ops)
+        self.costs.append(self.transaction_cost(ops))
+        try:
+            super().transaction(ops)
+        except Exception as exc:
+            self.refused.append(exc)
+            raise
 
 
 class _Outcomes:
@@ -62,13 +70,13 @@ def test_one_refused_transaction_leaves_the_others_of_its_batch_applied(reg: Bas
     assert stale is not None
     reg.put("/jobs/b", b"v2")  # b's plan below checks the version before this write
     recording = _Recording(reg)
-    # queued before the committer starts, so all three are taken into one batch
-    batcher = TransactionBatcher(recording, max_ops=6)
     requests: dict[object, list[Op]] = {
         "a": [Create("/marks/a", b"a")],
         "b": [Create("/marks/b", b"b"), Check("/jobs/b", stale.version)],
         "c": [Create("/marks/c", b"c"), Create("/marks/c2", b"c")],
     }
+    # queued before the committer starts, and room for all three: one batch
+    batcher = TransactionBatcher(recording, max_ops=sum(map(reg.transaction_cost, requests.values())))
     try:
         outcomes = _run_all(batcher, requests)
     finally:
@@ -106,36 +114,35 @@ def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) 
     recording = _Recording(reg)
     creator = TransactionBatcher(recording)
     try:
-        created = _run_all(creator, {job: [Create(f"{job}/instances/i", b"{}")] for job in jobs})
+        # each job's marks parent is there, as after its first fire
+        created = _run_all(
+            creator, {job: [Create(f"{job}/instances/i", b"{}"), Create(f"{job}/running", b"")] for job in jobs}
+        )
     finally:
         creator.close()
     assert set(created.by_key.values()) == {None}
     versions = {job: reg.get_node(f"{job}/instances/i") for job in jobs[:: len(jobs) // 20]}
     # the shape of a fire's fenced mark: two checks and the mark, with a trace as its value
     trace = b'{"state":"running","items":"0-9","fire_time":1764000000.0,"failover":false}' * 2
+
+    def mark_ops(job: str) -> list[Op]:
+        return [Check(f"{job}/instances/i"), Check(f"{job}/instances/i"), Create(f"{job}/running/i", trace, ephemeral=True)]
+
     marks = TransactionBatcher(recording)
     recording.sent.clear()
+    recording.costs.clear()
+    recording.refused.clear()  # creating the jobs' parents may overflow a batch (split)
     try:
-        marked = _run_all(
-            marks,
-            {
-                job: [
-                    Check(f"{job}/instances/i"),
-                    Check(f"{job}/instances/i"),
-                    Create(f"{job}/running/i", trace, ephemeral=True),
-                ]
-                for job in jobs
-            },
-        )
+        marked = _run_all(marks, {job: mark_ops(job) for job in jobs})
     finally:
         marks.close()
     assert set(marked.by_key.values()) == {None}
-    assert len(recording.sent) <= len(jobs) // 20  # ~21 marks per commit (42 at full width), never one each
-    widest = max(count for count, _ in recording.sent)
-    if Characteristic.FULL_WIDTH_TRANSACTIONS in reg.characteristics:
-        assert MAX_TXN_OPS // 2 < widest <= MAX_TXN_OPS  # filled past half, never past the limit
-    else:  # etcd: half, so that the compares guarding parents fit too
-        assert widest <= MAX_TXN_OPS // 2
+    assert recording.refused == []  # no shared transaction was too large for the backend
+    # 42 marks per commit on ZooKeeper and memory (3 ops each), 32 on etcd (4 compares
+    # each: the mark's parent is guarded); never one each
+    per_commit = MAX_TXN_OPS // reg.transaction_cost(mark_ops(jobs[0]))
+    assert len(recording.sent) <= 1.5 * len(jobs) / per_commit
+    assert MAX_TXN_OPS // 2 < max(recording.costs) <= MAX_TXN_OPS  # filled past half, never past the limit
     assert max(size for _, size in recording.sent) <= MAX_TXN_BYTES
     assert all(reg.exists(f"{job}/running/i") for job in versions)
 

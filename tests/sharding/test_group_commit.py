@@ -56,7 +56,7 @@ def test_a_fenced_out_job_does_not_stop_the_others_in_its_batch(
                 told[job] = error
 
         # queued before the committer starts: the three marks share one transaction
-        batcher = TransactionBatcher(reg, max_ops=sum(len(p.ops) for p in planned.values()))
+        batcher = TransactionBatcher(reg, max_ops=sum(reg.transaction_cost(p.ops) for p in planned.values()))
         for job, request in planned.items():
             batcher.submit(request.ops, functools.partial(record, job))
         batcher.start()

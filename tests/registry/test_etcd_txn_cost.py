@@ -1,0 +1,68 @@
+"""etcd's ``transaction_cost``: requests whose costs sum to 128 fit one etcd transaction,
+every parent guard included, so a group commit never makes etcd read parents first or
+refuse a batch as too large. Checked against the transaction ``plan_transaction`` builds,
+no server needed."""
+
+from __future__ import annotations
+
+import random
+
+from registry.backends.etcd_txn import ETCD_MAX_TXN_OPS, plan_transaction, transaction_cost
+from registry.protocol import Check, Create, Delete, Op, Set
+
+
+def _lists(ops: list[Op]) -> tuple[int, int, int]:
+    """(compares with every guard, writes, reads) of the etcd request for ``ops``."""
+    plan = plan_transaction(ops, lease=7, missing=set())
+    request = plan.request()
+    return len(plan.compares) + len(plan.optional), len(request.success), len(request.failure)
+
+
+def _mark(job: str) -> list[Op]:
+    return [Check(f"/{job}/sharding", 3), Check(f"/{job}/instances/i", 4), Create(f"/{job}/running/i", b"t")]
+
+
+def _random_request(rng: random.Random, job: str) -> list[Op]:
+    ops: list[Op] = []
+    for n in range(rng.randint(1, 5)):
+        path = f"/{job}/{rng.choice(['a', 'b/c', 'd/e/f'])}/{n}"
+        version = rng.choice([None, 5])
+        choices: list[Op] = [
+            Check(path, version),
+            Create(path, b"v", ephemeral=rng.random() < 0.5),
+            Set(path, b"v", version),
+            Delete(path, version),
+        ]
+        ops.append(rng.choice(choices))
+    return ops
+
+
+def test_32_marks_fit_one_etcd_transaction_with_their_guards_and_33_do_not() -> None:
+    assert transaction_cost(_mark("j")) == 4  # 3 compares and the guard of its parent
+    fitting = [op for n in range(ETCD_MAX_TXN_OPS // 4) for op in _mark(f"job-{n}")]
+    assert _lists(fitting)[0] == ETCD_MAX_TXN_OPS
+    assert plan_transaction(fitting, lease=7, missing=set()).guards_fit()
+    over = fitting + _mark("one-more")
+    assert not plan_transaction(over, lease=7, missing=set()).guards_fit()
+
+
+def test_a_removal_costs_its_two_deletes() -> None:
+    ops: list[Op] = [Delete("/j/running/i")]
+    assert transaction_cost(ops) == 2 == _lists(ops)[1]  # the key and the range below it
+
+
+def test_requests_whose_costs_sum_to_the_limit_fit_one_transaction() -> None:
+    rng = random.Random(1764000000)
+    jobs = iter(range(10**9))
+    for _ in range(300):
+        batch: list[Op] = []
+        cost = 0
+        while True:
+            request = _random_request(rng, f"job-{next(jobs)}")
+            if cost + transaction_cost(request) > ETCD_MAX_TXN_OPS:
+                break
+            batch += request
+            cost += transaction_cost(request)
+        compares, writes, reads = _lists(batch)
+        assert max(compares, writes, reads) <= cost <= ETCD_MAX_TXN_OPS, batch
+        assert plan_transaction(batch, lease=7, missing=set()).guards_fit()
