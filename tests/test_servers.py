@@ -97,6 +97,33 @@ def test_proxy_forwards_cuts_and_restores(echo_server: tuple[str, int]) -> None:
         wait_for(lambda: proxy.live_connections == 0, timeout=5, message="finished connection not released")
 
 
+def test_a_stalled_proxy_accepts_and_never_answers_until_closed(echo_server: tuple[str, int]) -> None:
+    with TCPProxy(*echo_server) as proxy:
+        held = socket.create_connection((proxy.host, proxy.port), timeout=5)
+        held.sendall(b"ping")
+        assert held.recv(4) == b"ping"
+        proxy.stall()
+        with pytest.raises(OSError):  # the open connection is reset, as by cut()
+            held.sendall(b"x")
+            if not held.recv(1):
+                raise ConnectionResetError("closed")
+        held.close()
+        silent = socket.create_connection((proxy.host, proxy.port), timeout=5)  # accepted
+        silent.sendall(b"anyone?")
+        wait_for(lambda: proxy.stalled == 1, timeout=5, message="the connection was not held")
+        silent.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            silent.recv(1)
+        proxy.restore()
+        assert _echo(proxy, b"back") == b"back"  # new connections are forwarded again
+        with pytest.raises(TimeoutError):
+            silent.recv(1)  # the stalled one stays silent
+    silent.settimeout(5)
+    with pytest.raises(ConnectionResetError):
+        silent.recv(1)  # until close() resets it
+    silent.close()
+
+
 def test_proxy_close_stops_its_threads(echo_server: tuple[str, int]) -> None:
     before = threading.active_count()
     proxy = TCPProxy(*echo_server)

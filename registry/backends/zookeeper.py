@@ -4,8 +4,8 @@
 namespace is applied by the base class, so no kazoo chroot is used and the primitives here
 receive stored paths. Helpers: :mod:`zookeeper_io` (deadlines, retries, error map),
 :mod:`zookeeper_txn` (multi requests, planned), :mod:`zookeeper_wire` (multi requests,
-encoded), :mod:`zookeeper_poll` (the connection thread's select), :mod:`zookeeper_watch`
-(subtree watches).
+encoded), :mod:`zookeeper_poll` (the connection thread's select), :mod:`zookeeper_connect`
+(a bound on each connection attempt), :mod:`zookeeper_watch` (subtree watches).
 
 Invariants kept here:
 
@@ -39,6 +39,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
 from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
+from registry.backends.zookeeper_connect import bound_attempts
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_txn import run_transaction
@@ -86,8 +87,10 @@ class ZooKeeperRegistry(BaseRegistry):
     (alias ``zookeeper://``, default port 2181); see the module docstring.
 
     URL options: ``session_timeout`` (s, default 10; the server bounds it to 2-20 ticks),
-    ``connect_timeout`` (s, default 5). ``user:password`` is digest authentication: the
-    nodes this client creates are writable by that identity only, readable by all."""
+    ``connect_timeout`` (s, default 5: the wait for a first session, and for the server
+    to answer each connection attempt, see ``zookeeper_connect``). ``user:password`` is
+    digest authentication: the nodes this client creates are writable by that identity
+    only, readable by all."""
 
     backend_name = "zookeeper"
 
@@ -109,9 +112,10 @@ class ZooKeeperRegistry(BaseRegistry):
                 make_digest_acl(parsed.user, parsed.password, all=True),
                 make_acl("world", "anyone", read=True),
             ]
+        handler = PollingHandler()
         self._client: Any = KazooClient(
             hosts=self._hosts,
-            handler=PollingHandler(),
+            handler=handler,
             timeout=parsed.session_timeout,
             auth_data=auth_data,
             default_acl=acl,
@@ -119,6 +123,7 @@ class ZooKeeperRegistry(BaseRegistry):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=1.0),
             logger=kazoo_logger(),
         )
+        bound_attempts(self._client, handler, parsed.connect_timeout)
         self._io = ZkIO(
             self._client,
             hosts=self._hosts,

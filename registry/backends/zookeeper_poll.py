@@ -1,10 +1,13 @@
-"""kazoo's threading handler with a cheaper ``select``.
+"""kazoo's threading handler with a cheaper ``select`` and a bounded TCP connect.
 
 kazoo's connection thread calls ``handler.select`` before every request it writes and on
 every turn of its loop; the stock one builds an epoll selector each time (four system
 calls: create, register, wait, close). This one makes ONE ``poll(2)`` call, with no limit
 on descriptor numbers either, and keeps the stock function's contract: ready read
 objects, ready write objects, and an empty list (``xlist`` is never waited on).
+
+``connect_timeout``, when set, caps the TCP connect of each connection attempt: kazoo
+asks for the whole session timeout (see ``zookeeper_connect``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ def _fd(fileobj: Any) -> int:
 
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
     """``SequentialThreadingHandler`` whose ``select`` is one ``poll(2)`` call."""
+
+    #: seconds a TCP connect may take at most (None: what kazoo asks for)
+    connect_timeout: float | None = None
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        timeout = kwargs.get("timeout")
+        if self.connect_timeout is not None and timeout is not None:
+            kwargs["timeout"] = min(timeout, self.connect_timeout)
+        return super().create_connection(*args, **kwargs)
 
     def select(
         self,

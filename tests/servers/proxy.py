@@ -4,6 +4,10 @@ Invariant: after ``cut()`` returns, every connection that went through the proxy
 reset and every new one is reset on arrival (the listening port stays bound, so nobody
 else can take it and ``restore()`` always gets it back); after ``restore()`` new
 connections are forwarded again. Bytes are forwarded unchanged, so TLS and HTTP/2 pass.
+
+``stall()`` is the other fault: connections are reset as by ``cut()``, but new ones are
+accepted and then never answered, as by a server that accepts while it starts up or a
+link that swallows packets. They stay silent after ``restore()``, until ``close()``.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class TCPProxy:
         self._lock = threading.Lock()
         self._pairs: set[_Pair] = set()
         self._cut = False
+        self._stalled = False
+        self._silent: list[socket.socket] = []  # accepted while stalled, never answered
         self._closed = False
         self.accepted = 0  # connections forwarded so far (for tests of the proxy itself)
         #: connection attempts reset on arrival while cut: a client seen trying the link
@@ -86,9 +92,21 @@ class TCPProxy:
             _reset(pair.client)
             _reset(pair.upstream)
 
+    def stall(self) -> None:
+        """Reset every connection; accept new ones and never answer them until ``restore()``."""
+        with self._lock:
+            self._stalled = True
+        self.cut()
+
+    @property
+    def stalled(self) -> int:
+        """Connections accepted and left unanswered so far."""
+        with self._lock:
+            return len(self._silent)
+
     def restore(self) -> None:
         with self._lock:
-            self._cut = False
+            self._cut = self._stalled = False
 
     def close(self) -> None:
         with self._lock:
@@ -96,6 +114,10 @@ class TCPProxy:
                 return
             self._closed = True
         self.cut()
+        with self._lock:
+            silent, self._silent = self._silent, []
+        for sock in silent:
+            _reset(sock)
         # shutdown() wakes the blocked accept(); close() alone does not on Linux
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)
@@ -123,6 +145,9 @@ class TCPProxy:
                 return
             if self._cut:
                 with self._lock:
+                    if self._stalled:
+                        self._silent.append(client)
+                        continue
                     self.refused += 1
                 _reset(client)
                 continue
