@@ -39,7 +39,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
 from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
-from registry.backends.zookeeper_connect import bound_attempts
+from registry.backends.zookeeper_connect import bound_handshakes
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_txn import run_transaction
@@ -112,10 +112,9 @@ class ZooKeeperRegistry(BaseRegistry):
                 make_digest_acl(parsed.user, parsed.password, all=True),
                 make_acl("world", "anyone", read=True),
             ]
-        handler = PollingHandler()
         self._client: Any = KazooClient(
             hosts=self._hosts,
-            handler=handler,
+            handler=PollingHandler(connect_timeout=parsed.connect_timeout),
             timeout=parsed.session_timeout,
             auth_data=auth_data,
             default_acl=acl,
@@ -123,7 +122,7 @@ class ZooKeeperRegistry(BaseRegistry):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=1.0),
             logger=kazoo_logger(),
         )
-        bound_attempts(self._client, handler, parsed.connect_timeout)
+        bound_handshakes(self._client, parsed.connect_timeout)
         self._io = ZkIO(
             self._client,
             hosts=self._hosts,

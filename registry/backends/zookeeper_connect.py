@@ -8,11 +8,12 @@ the server, though the server came back seconds in (kazoo issues #517 and #756).
 
 Invariant: one attempt, TCP connect and handshake each, waits at most the URL's
 ``connect_timeout`` (5 s by default); kazoo then drops that socket and its retry policy
-tries again 0.1-1 s later, while the session is still alive on the server.
+tries again 0.1-1 s later, while the session is still alive on the server. The TCP
+connect is capped by ``PollingHandler(connect_timeout=...)``, the handshake here.
 
 Hazard: the handshake goes through ``ConnectionHandler._invoke``, a private method kazoo
 uses only while it establishes a connection (the connect request and authentication).
-``bound_attempts`` swaps the client's connection handler to a subclass that caps its
+``bound_handshakes`` swaps the client's connection handler to a subclass that caps its
 timeout; if a kazoo release no longer has it, the client is left as kazoo made it and a
 warning says so.
 """
@@ -24,9 +25,7 @@ from typing import Any
 
 from kazoo.protocol.connection import ConnectionHandler
 
-from registry.backends.zookeeper_poll import PollingHandler
-
-__all__ = ["bound_attempts"]
+__all__ = ["bound_handshakes"]
 
 log = logging.getLogger("registry.zookeeper")
 
@@ -40,10 +39,9 @@ class _BoundedHandshake(ConnectionHandler):  # type: ignore[misc]
         return super()._invoke(min(timeout, self.attempt_timeout), request, xid)
 
 
-def bound_attempts(client: Any, handler: PollingHandler, timeout: float) -> bool:
-    """Cap ``client``'s connection attempts at ``timeout`` seconds each (module
+def bound_handshakes(client: Any, timeout: float) -> bool:
+    """Cap each of ``client``'s connect handshakes at ``timeout`` seconds (module
     docstring); False, with a warning, when this kazoo has no handshake to cap."""
-    handler.connect_timeout = timeout
     connection = client._connection
     if type(connection) is not ConnectionHandler or not callable(getattr(connection, "_invoke", None)):
         log.warning(

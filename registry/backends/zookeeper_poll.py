@@ -34,8 +34,10 @@ def _fd(fileobj: Any) -> int:
 class PollingHandler(SequentialThreadingHandler):  # type: ignore[misc]
     """``SequentialThreadingHandler`` whose ``select`` is one ``poll(2)`` call."""
 
-    #: seconds a TCP connect may take at most (None: what kazoo asks for)
-    connect_timeout: float | None = None
+    def __init__(self, connect_timeout: float | None = None) -> None:
+        super().__init__()
+        #: seconds a TCP connect may take at most (None: what kazoo asks for)
+        self.connect_timeout = connect_timeout
 
     def create_connection(self, *args: Any, **kwargs: Any) -> Any:
         timeout = kwargs.get("timeout")
