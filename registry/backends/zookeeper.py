@@ -5,7 +5,8 @@ namespace is applied by the base class, so no kazoo chroot is used and the primi
 receive stored paths. Helpers: :mod:`zookeeper_io` (deadlines, retries, error map),
 :mod:`zookeeper_txn` (multi requests, planned), :mod:`zookeeper_wire` (multi requests,
 encoded), :mod:`zookeeper_poll` (the connection thread's select), :mod:`zookeeper_connect`
-(a bound on each connection attempt), :mod:`zookeeper_watch` (subtree watches).
+(a bound on each connection attempt) over :mod:`zookeeper_socket` (the connection's bytes
+moved in bulk), :mod:`zookeeper_watch` (subtree watches).
 
 Invariants kept here:
 
@@ -39,7 +40,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
 from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
-from registry.backends.zookeeper_connect import bound_handshakes
+from registry.backends.zookeeper_connect import tune_connection
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_txn import run_transaction
@@ -122,7 +123,7 @@ class ZooKeeperRegistry(BaseRegistry):
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.4, max_delay=1.0),
             logger=kazoo_logger(),
         )
-        bound_handshakes(self._client, parsed.connect_timeout)
+        tune_connection(self._client, parsed.connect_timeout)
         self._io = ZkIO(
             self._client,
             hosts=self._hosts,

@@ -1,4 +1,5 @@
-"""A bound on how long one ZooKeeper connection attempt may wait for the server.
+"""The connection handler a ZooKeeper client runs: kazoo's, with each connection attempt
+bounded and its bytes moved in bulk (``zookeeper_socket``).
 
 kazoo gives a connection attempt the whole session timeout for its TCP connect, and
 ``session_timeout / len(hosts)`` for the server to answer its handshake: with one host,
@@ -12,9 +13,10 @@ tries again 0.1-1 s later, while the session is still alive on the server. The T
 connect is capped by ``PollingHandler(connect_timeout=...)``, the handshake here.
 
 Hazard: the handshake goes through ``ConnectionHandler._invoke``, a private method kazoo
-uses only while it establishes a connection (the connect request and authentication).
-``bound_handshakes`` swaps the client's connection handler to a subclass that caps its
-timeout; if a kazoo release no longer has it, the client is left as kazoo made it and a
+uses only while it establishes a connection (the connect request and authentication),
+and ``zookeeper_socket`` overrides others. ``tune_connection`` swaps the client's
+connection handler to the subclass below only when kazoo's is exactly the class they were
+written against and has them all; otherwise the client is left as kazoo made it and a
 warning says so.
 """
 
@@ -25,12 +27,17 @@ from typing import Any
 
 from kazoo.protocol.connection import ConnectionHandler
 
-__all__ = ["bound_handshakes"]
+from registry.backends.zookeeper_socket import BatchedSocketIO
+
+__all__ = ["tune_connection"]
 
 log = logging.getLogger("registry.zookeeper")
 
+#: kazoo's private methods the subclass relies on
+_OVERRIDDEN = ("_invoke", "_read", "_read_socket", "_send_request", "_write", "_socket_error_handling")
 
-class _BoundedHandshake(ConnectionHandler):  # type: ignore[misc]
+
+class _TunedConnection(BatchedSocketIO):
     """kazoo's connection handler, each handshake read capped at ``attempt_timeout``."""
 
     attempt_timeout: float
@@ -39,16 +46,20 @@ class _BoundedHandshake(ConnectionHandler):  # type: ignore[misc]
         return super()._invoke(min(timeout, self.attempt_timeout), request, xid)
 
 
-def bound_handshakes(client: Any, timeout: float) -> bool:
-    """Cap each of ``client``'s connect handshakes at ``timeout`` seconds (module
-    docstring); False, with a warning, when this kazoo has no handshake to cap."""
+def tune_connection(client: Any, timeout: float) -> bool:
+    """Cap each of ``client``'s connect handshakes at ``timeout`` seconds and batch its
+    socket I/O (module docstring); False, with a warning, when this kazoo's connection
+    handler is not the one expected."""
     connection = client._connection
-    if type(connection) is not ConnectionHandler or not callable(getattr(connection, "_invoke", None)):
+    if type(connection) is not ConnectionHandler or not all(
+        callable(getattr(connection, name, None)) for name in _OVERRIDDEN
+    ):
         log.warning(
             "kazoo's connection handler is not the one this release expects: a ZooKeeper "
-            "handshake may wait the session timeout for a server that does not answer"
+            "handshake may wait the session timeout for a server that does not answer, "
+            "and requests are sent one write each"
         )
         return False
-    connection.__class__ = _BoundedHandshake
+    connection.__class__ = _TunedConnection
     connection.attempt_timeout = timeout
     return True
