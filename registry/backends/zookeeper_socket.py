@@ -22,9 +22,10 @@ Invariants:
   (whose rest can only come from the socket);
 - the buffer belongs to one socket: after a reconnect the bytes left from the old one are
   dropped, never read as answers on the new one;
-- a request is pending (in ``_pending``, in xid order) before its bytes are written, as
-  kazoo records it: a write that fails leaves it there, and kazoo fails it with
-  ``ConnectionLoss`` on the drop (its outcome unknown), as it fails everything queued;
+- a request is pending (in ``_pending``, in xid order) before its bytes are written
+  (kazoo moves one there once its write succeeded): a write that fails leaves the batch
+  there, and kazoo fails it with ``ConnectionLoss`` on the drop (its outcome unknown), as
+  it fails every request still queued;
 - no queued request is left without a wake-up to come. kazoo's ``_call`` queues a request
   and then writes one byte, and the loop sends only when a byte is there. A batch sends
   requests whose byte may still be on its way (a later turn then finds it and nothing, or
