@@ -3,11 +3,14 @@ project's performance targets, then one section (tables and charts) per benchmar
 
 Each benchmark module provides ``render(document, charts) -> str`` (its section) and
 ``summary(document) -> list[dict]`` (rows of the summary table: figure, target, result,
-met). This module only assembles them.
+met). This module only assembles them, and appends to a benchmark's section the
+hand-written analysis kept in ``benchmarks/notes/<name>.md`` (findings, where the time goes,
+before/after runs of past changes, each dated), so a regenerated report keeps them.
 
 Invariants: figures from a ``--quick`` run are never presented as real ones (their section
 says so and they stay out of the summary); a benchmark without results gets a line saying
-how to produce them, not a silent gap; charts are written next to the report's links.
+how to produce them, not a silent gap; charts are written next to the report's links; a
+note is never mistaken for this run's figures (it follows them under its own heading).
 
 Usage: ``.venv/bin/python -m benchmarks.report [--results DIR] [--output FILE]``
 """
@@ -23,7 +26,12 @@ from typing import Any
 from benchmarks.charts import Charts
 from benchmarks.common import REPO_ROOT, RESULTS_DIR
 
-__all__ = ["BENCHMARK_NAMES", "write_report"]
+__all__ = ["BENCHMARK_NAMES", "NOTES_DIR", "NOTE_HEADING", "write_report"]
+
+#: the hand-written analysis of each benchmark, ``<name>.md``, appended to its section
+NOTES_DIR = Path(__file__).resolve().parent / "notes"
+#: how a note opens: a heading under its benchmark's section
+NOTE_HEADING = "#### "
 
 #: every benchmark, in report order (each is ``benchmarks.<name>``)
 BENCHMARK_NAMES = (
@@ -31,6 +39,7 @@ BENCHMARK_NAMES = (
     "registry_cost",
     "resharding_scale",
     "scheduler_lateness",
+    "start_cost",
     "fleet_requests",
     "cluster_ops",
     "console_scale",
@@ -45,6 +54,17 @@ def _load(results_dir: Path, name: str) -> dict[str, Any] | None:
         return None
     document: dict[str, Any] = json.loads(path.read_text())
     return document
+
+
+def _notes(notes_dir: Path, name: str) -> list[str]:
+    """``name``'s hand-written notes, to follow its generated section; none when absent."""
+    path = notes_dir / f"{name}.md"
+    if not path.exists():
+        return []
+    text = path.read_text().strip()
+    if not text.startswith(NOTE_HEADING):
+        raise ValueError(f"{path} must open with a heading of its own ({NOTE_HEADING}...), not {text[:40]!r}")
+    return [text, ""]
 
 
 def _header(documents: dict[str, dict[str, Any]]) -> list[str]:
@@ -66,7 +86,9 @@ def _header(documents: dict[str, dict[str, Any]]) -> list[str]:
         f"- **Code**: commit {', '.join(commits)}",
         "- **Regenerate**: `.venv/bin/python -m benchmarks.run_all` (all, full mode, then this file); "
         "`--only NAME[,NAME]` reruns some and rebuilds the report from every result in "
-        "`benchmarks/results/`.",
+        "`benchmarks/results/`. Each section's figures come from that run; what follows a "
+        "section under a heading of its own is hand-written analysis (`benchmarks/notes/`), dated "
+        "where it quotes figures of earlier runs.",
         "",
     ]
     return lines
@@ -86,8 +108,10 @@ def write_report(
     results_dir: Path = RESULTS_DIR,
     output: Path = REPO_ROOT / "BENCHMARKS.md",
     charts_dir: Path | None = None,
+    notes_dir: Path = NOTES_DIR,
 ) -> Path:
-    """Write the report from ``results_dir``'s JSON files; returns its path."""
+    """Write the report from ``results_dir``'s JSON files and ``notes_dir``'s notes; returns
+    its path."""
     charts = Charts(charts_dir or output.parent / "docs" / "benchmarks", output.parent)
     documents: dict[str, dict[str, Any]] = {}
     modules: dict[str, Any] = {}
@@ -103,6 +127,7 @@ def write_report(
         document = documents.get(name)
         if document is None:
             lines += [f"### {name}", "", f"No results: run `.venv/bin/python -m benchmarks.{name}`.", ""]
+            lines += _notes(notes_dir, name)
             continue
         section = modules[name].render(document, charts)
         if document.get("quick"):
@@ -110,6 +135,7 @@ def write_report(
                 "\n\n**These figures come from a `--quick` run (a smoke test): they are not measurements.**"
             )
         lines += [section, ""]
+        lines += _notes(notes_dir, name)
     output.write_text("\n".join(lines).rstrip() + "\n")
     return output
 

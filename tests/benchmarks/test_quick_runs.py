@@ -17,6 +17,7 @@ import pytest
 
 from benchmarks import observability_overhead, registry_cost, registry_latency, run_all, scheduler_lateness
 from benchmarks.report import BENCHMARK_NAMES
+from scheduler.gc_tuning import WORKER_GC_THRESHOLD
 from tests.servers.etcd import EtcdServer
 from tests.servers.external import ExternalServer
 from tests.servers.zookeeper import ZooKeeperServer
@@ -51,6 +52,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "election_failover",
         "resharding_scale",
         "scheduler_lateness",
+        "start_cost",
         "fleet_requests",
         "cluster_ops",
         "console_scale",
@@ -142,6 +144,14 @@ def test_registry_cost_counts_requests_at_the_server(quick_run: Path) -> None:
             assert counted >= 1  # at least the fire's own writes reached the server
 
 
+def test_start_cost_quick_runs_with_the_threshold_run_all_passes(quick_run: Path) -> None:
+    document = _load(quick_run, "start_cost")
+    assert document["gc_threshold"] == WORKER_GC_THRESHOLD  # run_all's default, passed through
+    assert {(r["backend"], r["crons"]) for r in document["results"]} == {
+        (b, c) for b in ("memory", "zookeeper", "etcd") for c in ("quiet", "every-second")
+    }
+
+
 def test_fleet_requests_quick(quick_run: Path) -> None:
     document = _load(quick_run, "fleet_requests")
     assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
@@ -209,6 +219,7 @@ def test_the_report_renders_every_section_from_quick_results(quick_run: Path) ->
         "### Registry cost per fire",
         "### Resharding at scale",
         "### Fire lateness and footprint",
+        "### Start-up apart from the fires",
         "### A fleet's requests at the server",
         "### Operator calls on a live cluster",
         "### Web console at",
