@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +26,18 @@ def test_the_quiet_cron_fires_no_sooner_than_22_hours_from_now() -> None:
     assert gap is not None
     # 23 hours away, give or take a daylight-saving shift of one hour
     assert 22 * 3600 <= gap - time.time() <= 24 * 3600, expression
+
+
+def test_a_child_reports_its_own_peak_not_its_large_parents() -> None:
+    ballast = b"x" * (400 * 2**20)  # written, so resident: this process is past 400 MiB
+    probe = (
+        "import resource; from benchmarks.start_cost import peak_rss_mib; "
+        "print(peak_rss_mib(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    own, inherited = (float(v) for v in out.stdout.split())
+    assert len(ballast) and inherited >= 400  # the hazard: ru_maxrss carries the parent's peak
+    assert 0 < own < 200, out.stdout  # a fresh interpreter, not the parent
 
 
 @pytest.mark.slow
