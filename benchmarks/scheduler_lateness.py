@@ -706,7 +706,7 @@ def _markdown_row(jobs: str, figures: dict[str, Any]) -> str:
     late = figures["lateness_ms"]
     per_round = " / ".join(str(r["p99_ms"]) for r in figures.get("rounds", ()))
     server = figures.get("server")
-    requests = "" if not server else f"{server['requests_per_s']} ({server['requests_per_job_fire']})"
+    requests = "" if not server else f"{server['requests_per_s']:.1f} ({server['requests_per_job_fire']})"
     return (
         f"| {int(jobs):,} | {figures['scheduler']} | {figures['fires']:,} / {figures['expected_fires']:,} | "
         f"{late['p50']} | {late['p99']} | {late['max']} | {per_round} | {figures['threads']} | "
@@ -776,6 +776,18 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with everything else a fire costs; threads stay flat from 1,000 to 10,000 jobs (one timer, "
         "fixed pools). " + " ".join(_keeping_up(document)),
     ]
+    limits = document.get("raw_batched_writes_per_s") or {}
+    if limits:
+        lines += [
+            "",
+            "The limit, measured on the same servers in the same run: the raw client's writes in batched "
+            "transactions of 40 from 8 threads sharing one client, "
+            + ", ".join(f"{backend} {per_s:,} a second" for backend, per_s in limits.items())
+            + ": the most any scheduler could write there. shardjob writes two nodes per job-fire (the "
+            "running mark and its removal): "
+            + ", ".join(f"{2 * int(jobs):,} a second at {int(jobs):,} jobs" for jobs in document["results"])
+            + ".",
+        ]
     return "\n".join(lines)
 
 
