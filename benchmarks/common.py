@@ -186,6 +186,20 @@ def _first_line(path: str, prefix: str) -> str | None:
     return None
 
 
+def status_mib(field: str) -> float | None:
+    """A size from this process's ``/proc/self/status`` in MiB: ``VmRSS`` (resident now) or
+    ``VmHWM`` (its peak). Both are this process's own since its exec, unlike ``getrusage``'s
+    ``ru_maxrss``, which Linux carries over from the parent through fork and exec."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return None
+
+
 def machine_info() -> dict[str, Any]:
     memory = _first_line("/proc/meminfo", "MemTotal")
     return {

@@ -63,6 +63,7 @@ from benchmarks.common import (
     print_table,
     run_script,
     servers,
+    status_mib,
     write_results,
 )
 from benchmarks.common import summarize as _summarize
@@ -86,14 +87,8 @@ def apscheduler_available() -> bool:
 
 # -- inside a child process -----------------------------------------------------------------
 def _rss_mib() -> float | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        pass
-    return None
+    """Resident now (``VmRSS``): a window's footprint, not the start's peak."""
+    return status_mib("VmRSS")
 
 
 class _Recorder:

@@ -35,6 +35,7 @@ from benchmarks.common import (
     print_table,
     run_script,
     servers,
+    status_mib,
     write_results,
 )
 
@@ -47,18 +48,9 @@ CRONS = {"quiet": False, "every-second": True}
 
 
 def peak_rss_mib() -> float | None:
-    """This process's peak RSS in MiB (``VmHWM``), which a start reaches at its end.
-
-    Not ``getrusage``'s ``ru_maxrss``: Linux carries it over from the parent through fork
-    and exec, so every child of a large parent would report the parent's size."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024.0, 1)
-    except OSError:
-        pass
-    return None
+    """This process's peak RSS in MiB (``VmHWM``), which a start reaches at its end; not
+    ``ru_maxrss``, which would report a large parent's size (``status_mib``)."""
+    return status_mib("VmHWM")
 
 
 def start_bound(jobs: int) -> float:
