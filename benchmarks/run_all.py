@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"(default {WORKER_GC_THRESHOLD}, as `shardjob worker` sets it; 0: Python's)",
     )
     args = parser.parse_args(list(argv or []))
+    if args.gc_threshold < 0:  # each benchmark would refuse it only after the servers started
+        parser.error(f"--gc-threshold must be >= 0 (0: Python's), got {args.gc_threshold}")
     chosen = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import scheduler_lateness, start_cost
+from benchmarks import run_all, scheduler_lateness, start_cost
 from benchmarks.report import NOTE_HEADING, NOTES_DIR, write_report
 
 
@@ -116,3 +116,12 @@ def test_past_1000_jobs_a_registry_is_held_to_apschedulers_rss_too() -> None:
     small = scheduler_lateness._registry_rows(1000, {**per_scheduler, "shardjob-etcd": _lateness(1000, 1000, 140.0, 151.0)})
     assert [row["met"] for row in small if row["figure"].endswith("etcd")] == ["yes"]
     assert all("RSS" not in row["target"] for row in small)
+
+
+def test_run_all_refuses_a_negative_collector_threshold_before_starting_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_all.main(["--gc-threshold", "-5"])
+    assert exited.value.code == 2
+    assert "--gc-threshold must be >= 0 (0: Python's), got -5" in capsys.readouterr().err
