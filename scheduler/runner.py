@@ -267,20 +267,30 @@ class JobRunner:
         """Arm the cron; ``start()`` leaves it unarmed. ``Scheduler.start()`` arms every job
         once all are registered: the fires of the jobs already up would otherwise share the
         process with the registration of the rest and make a start-up of thousands of jobs
-        twice as long. A fire that fell due since this job's ``start()`` runs once, at once;
-        later ones in that window are neither run nor owed, as none before ``start()`` is:
-        the job had not begun firing.
+        twice as long.
+
+        A fire that fell due while the job waited (since its ``start()``) runs once, at
+        once — unless the job's next fire comes sooner than that wait lasted. Then it is
+        skipped, as a late timer's passed fires are: thousands of every-second jobs would
+        otherwise fire twice within a second, and a process near its CPU limit does not
+        recover from that burst. A rarer job (a daily one whose hour came mid-start) is
+        late, never missed. The window's other fires are neither run nor owed, as none
+        before ``start()`` is: the job had not begun firing.
 
         Hazard: ``stop_firing`` may run meanwhile. It sets ``_halted`` before it cancels, so
         the check after arming sees it whenever its cancel came first."""
         schedule = self._schedule
         if schedule is None or self._halted or self._rt.stopping.is_set():
             return
+        now = time.time()
         due = schedule.next_fire(self._registered_at)
+        if due is not None and due <= now:
+            following = schedule.next_fire(now)
+            if following is not None and following - now < now - self._registered_at:
+                due = following
         if due is None:
             return
-        first_passed = due <= time.time()
-        self._rt.timer.schedule(self._fire_key, due, self._on_start_up_fire if first_passed else self._fire_callback)
+        self._rt.timer.schedule(self._fire_key, due, self._on_start_up_fire if due <= now else self._fire_callback)
         if self._halted:
             self._rt.timer.cancel(self._fire_key)
 

@@ -52,6 +52,12 @@ R = TypeVar("R")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
 _STARTERS = 128
+#: jobs that ``start()`` sets firing at once; the next wave a second later. All of a wave's
+#: every-second jobs fire in the same instant, and a process near its CPU limit that takes
+#: on thousands at once falls behind and stays behind (each fire overlaps its next), where
+#: one that takes them on a wave at a time keeps up: 10,000 every-second jobs on etcd ran
+#: 54-60 % of their fires at once, 97 % in waves of 1,000 (BENCHMARKS.md)
+_FIRING_WAVE = 1000
 
 
 def _default_workers() -> int:
@@ -246,9 +252,10 @@ class Scheduler:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Connect, register every job, and return; jobs fire in the background. Every job
-        begins firing once all are registered, so the first jobs' fires do not slow the
-        start-up of the rest; a fire that fell due meanwhile runs once, at once."""
+        """Connect, register every job, set them firing, and return; jobs fire in the
+        background. Jobs begin firing once all are registered, so the first jobs' fires do
+        not slow the start-up of the rest (``JobRunner.begin_firing``), and in waves of
+        ``_FIRING_WAVE`` a second apart."""
         with self._lock:
             if self._started:
                 return
@@ -303,8 +310,11 @@ class Scheduler:
         # jobs start side by side: each start waits on round trips and on its own writes
         # coming back through the cache, so N jobs one after the other cost N times that;
         # they begin firing once all are up (``JobRunner.begin_firing``)
-        for runner in _each(names, self._start_job):
-            if runner is not None:
+        started = [runner for runner in _each(names, self._start_job) if runner is not None]
+        for wave in range(0, len(started), _FIRING_WAVE):
+            if wave and self._stopping.wait(1.0):
+                break
+            for runner in started[wave : wave + _FIRING_WAVE]:
                 runner.begin_firing()
         log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
 
