@@ -211,8 +211,6 @@ class JobRunner:
         self._jittered: set[tuple[str, str, float]] | None = None
         #: set by stop_firing: retries stop, their backoffs end
         self._halted = False
-        #: when ``start()`` ended: ``begin_firing`` runs a fire that fell due since, once
-        self._registered_at = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -260,39 +258,8 @@ class JobRunner:
             self._listeners, self._rt.reg, self._rt.cache, self._sharding, self._rt.workers.submit
         )
         self._sharding.start(server_enabled=not self._config.disabled)
-        self._registered_at = time.time()
+        self._schedule_next(time.time())
         self._schedule_reconcile()
-
-    def begin_firing(self) -> None:
-        """Arm the cron; ``start()`` leaves it unarmed. ``Scheduler.start()`` arms every job
-        once all are registered: the fires of the jobs already up would otherwise share the
-        process with the registration of the rest and make a start-up of thousands of jobs
-        twice as long.
-
-        A fire that fell due while the job waited (since its ``start()``) runs once, at
-        once — unless the job's next fire comes sooner than that wait lasted. Then it is
-        skipped, as a late timer's passed fires are: thousands of every-second jobs would
-        otherwise fire twice within a second, and a process near its CPU limit does not
-        recover from that burst. A rarer job (a daily one whose hour came mid-start) is
-        late, never missed. The window's other fires are neither run nor owed, as none
-        before ``start()`` is: the job had not begun firing.
-
-        Hazard: ``stop_firing`` may run meanwhile. It sets ``_halted`` before it cancels, so
-        the check after arming sees it whenever its cancel came first."""
-        schedule = self._schedule
-        if schedule is None or self._halted or self._rt.stopping.is_set():
-            return
-        now = time.time()
-        due = schedule.next_fire(self._registered_at)
-        if due is not None and due <= now:
-            following = schedule.next_fire(now)
-            if following is not None and following - now < now - self._registered_at:
-                due = following
-        if due is None:
-            return
-        self._rt.timer.schedule(self._fire_key, due, self._on_start_up_fire if due <= now else self._fire_callback)
-        if self._halted:
-            self._rt.timer.cancel(self._fire_key)
 
     def settle(self) -> None:
         """As this job's leader and its only instance, make its assignment now, on the
@@ -437,15 +404,6 @@ class JobRunner:
                 due = schedule.next_fire(now)
             if due is not None:
                 self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
-        self._fire_or_jitter(scheduled)
-
-    def _on_start_up_fire(self, scheduled: float) -> None:
-        """The fire that fell due while ``Scheduler.start()`` was still registering other
-        jobs (``begin_firing``): it runs, and the schedule goes on from now."""
-        self._schedule_next(time.time())
-        self._fire_or_jitter(scheduled)
-
-    def _fire_or_jitter(self, scheduled: float) -> None:
         jitter = self._config.jitter_seconds
         if jitter > 0:
             self._jitter(scheduled, random.uniform(0.0, jitter))

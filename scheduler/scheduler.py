@@ -48,16 +48,9 @@ log = logging.getLogger("scheduler")
 
 F = TypeVar("F")
 T = TypeVar("T")
-R = TypeVar("R")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
 _STARTERS = 128
-#: jobs that ``start()`` sets firing at once; the next wave a second later. All of a wave's
-#: every-second jobs fire in the same instant, and a process near its CPU limit that takes
-#: on thousands at once falls behind and stays behind (each fire overlaps its next), where
-#: one that takes them on a wave at a time keeps up: 10,000 every-second jobs on etcd ran
-#: 54-60 % of their fires at once, 97 % in waves of 1,000 (BENCHMARKS.md)
-_FIRING_WAVE = 1000
 
 
 def _default_workers() -> int:
@@ -65,12 +58,13 @@ def _default_workers() -> int:
     return max(4, 2 * (os.cpu_count() or 1))
 
 
-def _each(items: Sequence[T], action: Callable[[T], R]) -> list[R]:
+def _each(items: Sequence[T], action: Callable[[T], object]) -> None:
     """``action`` on every item, ``_STARTERS`` at a time, on threads that live only for it."""
     if not items:
-        return []
+        return
     with ThreadPoolExecutor(min(len(items), _STARTERS), thread_name_prefix="shardjob-start") as pool:
-        return list(pool.map(action, items))
+        for _ in pool.map(action, items):
+            pass
 
 
 @dataclass(frozen=True)
@@ -219,9 +213,7 @@ class Scheduler:
             self._jobs[config.name] = _Registration(config, func, tuple(listeners), handler)
             start_now = self.running
         if start_now:
-            runner = self._start_job(config.name)
-            if runner is not None:
-                runner.begin_firing()
+            self._start_job(config.name)
 
     def _add(
         self,
@@ -252,10 +244,7 @@ class Scheduler:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Connect, register every job, set them firing, and return; jobs fire in the
-        background. Jobs begin firing once all are registered, so the first jobs' fires do
-        not slow the start-up of the rest (``JobRunner.begin_firing``), and in waves of
-        ``_FIRING_WAVE`` a second apart."""
+        """Connect, register every job, and return; jobs fire in the background."""
         with self._lock:
             if self._started:
                 return
@@ -308,19 +297,11 @@ class Scheduler:
             self._started = True
             names = list(self._jobs)
         # jobs start side by side: each start waits on round trips and on its own writes
-        # coming back through the cache, so N jobs one after the other cost N times that;
-        # they begin firing once all are up (``JobRunner.begin_firing``)
-        started = [runner for runner in _each(names, self._start_job) if runner is not None]
-        for wave in range(0, len(started), _FIRING_WAVE):
-            if wave and self._stopping.wait(1.0):
-                break
-            for runner in started[wave : wave + _FIRING_WAVE]:
-                runner.begin_firing()
+        # coming back through the cache, so N jobs one after the other cost N times that
+        _each(names, self._start_job)
         log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
 
-    def _start_job(self, name: str) -> JobRunner | None:
-        """Register ``name`` and make its first assignment; its cron is not armed yet.
-        None when it could not start (kept in ``failed_jobs``)."""
+    def _start_job(self, name: str) -> None:
         assert self._runtime is not None
         job = self._jobs[name]
         runner = JobRunner(
@@ -340,8 +321,6 @@ class Scheduler:
             with self._lock:
                 self._failed[name] = exc
             log.error("job %s could not start (%s); the other jobs go on", name, exc)
-            return None
-        return runner
 
     def _shutdown_requested(self, runner: JobRunner) -> None:
         """An operator asked this instance to stop ``runner``'s job: stop firing, let its
