@@ -85,6 +85,17 @@ def _check_zookeeper(service: dict[str, Any]) -> None:
     assert ServerHarness.min_session_timeout == 2 * TICK_MS / 1000
     assert f"minSessionTimeout={2 * TICK_MS}" in env["ZOO_CFG_EXTRA"].split()
     assert "ruok" in env["ZOO_4LW_COMMANDS_WHITELIST"].split(",")
+    # every fire writes: without a purge, snapshots and transaction logs fill the disk
+    assert int(env["ZOO_AUTOPURGE_PURGEINTERVAL"]) >= 1
+    assert int(env["ZOO_AUTOPURGE_SNAPRETAINCOUNT"]) >= 3
+
+
+def _check_etcd(service: dict[str, Any]) -> None:
+    assert service["image"] == "quay.io/coreos/etcd:v3.4.23"
+    # every fire writes: without compaction the history reaches the space quota, and
+    # etcd then refuses every write (tests/registry/test_etcd_space.py)
+    assert _flag(service, "auto-compaction-mode") == "periodic"
+    assert _flag(service, "auto-compaction-retention") not in ("", "0")
 
 
 def test_conftest_reads_the_variables_named_in_env_module() -> None:
@@ -97,7 +108,7 @@ def test_single_server_file() -> None:
     assert {"zookeeper", "etcd", "tests"} <= set(services)
     _check_zookeeper(services["zookeeper"])
     assert _published(services["zookeeper"]) == {ZK_PORT: ZK_PORT}
-    assert services["etcd"]["image"] == "quay.io/coreos/etcd:v3.4.23"
+    _check_etcd(services["etcd"])
     assert _published(services["etcd"]) == {ETCD_PORT: ETCD_PORT}
     assert _flag(services["etcd"], "advertise-client-urls") == f"http://etcd:{ETCD_PORT}"
     _check_tests_service(services, "zookeeper", "etcd")
@@ -125,7 +136,7 @@ def test_cluster_file() -> None:
     assert initial == {name: f"http://{name}:2380" for name in etcd}
     for name in etcd:
         service = services[name]
-        assert service["image"] == "quay.io/coreos/etcd:v3.4.23"
+        _check_etcd(service)
         assert _flag(service, "name") == name
         assert _flag(service, "advertise-client-urls") == f"http://{name}:{ETCD_PORT}"
         assert _flag(service, "initial-cluster") == _flag(services["etcd1"], "initial-cluster")

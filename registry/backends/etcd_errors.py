@@ -15,11 +15,13 @@ from pyetcd import exceptions as etcd_exc
 from registry.errors import RegistryConnectionError, RegistryError, SessionLostError
 
 __all__ = [
+    "NO_SPACE_HINT",
     "grpc_code",
     "grpc_details",
     "is_invalid_token",
     "is_lease_not_found",
     "is_not_sent",
+    "is_space_exceeded",
     "translate",
 ]
 
@@ -76,6 +78,21 @@ def is_invalid_token(exc: BaseException) -> bool:
     return grpc_code(exc) is grpc.StatusCode.UNAUTHENTICATED and "token" in grpc_details(exc).lower()
 
 
+#: what an operator does when etcd's database reached its quota (the NOSPACE alarm: etcd
+#: then refuses every write, shardjob's run marks included, until the alarm is disarmed)
+NO_SPACE_HINT = (
+    "etcd's database is full (its space quota is reached and the NOSPACE alarm raised); "
+    "compact its history (etcdctl compact), defragment (etcdctl defrag), disarm the alarm "
+    "(etcdctl alarm disarm), and run etcd with --auto-compaction-retention so its history "
+    "stops growing"
+)
+
+
+def is_space_exceeded(exc: BaseException) -> bool:
+    """etcd refused a write because its database reached ``--quota-backend-bytes``."""
+    return grpc_code(exc) is grpc.StatusCode.RESOURCE_EXHAUSTED and "space exceeded" in grpc_details(exc)
+
+
 def is_not_sent(exc: BaseException) -> bool:
     """True when the request provably never left the client (no connection could be made).
 
@@ -101,6 +118,8 @@ def translate(exc: BaseException, action: str, servers: str) -> RegistryError:
             return RegistryError(f"{where}: not authorised ({details})")
         if code is grpc.StatusCode.INVALID_ARGUMENT:
             return RegistryError(f"{where}: request rejected by etcd ({details})")
+        if is_space_exceeded(exc):
+            return RegistryError(f"{where} refused: {NO_SPACE_HINT} ({details})")
         return RegistryError(f"{where} failed: {code.name} ({details})")
     if isinstance(exc, _CONNECTION_WRAPPERS):
         return RegistryConnectionError(f"{where} failed: {type(exc).__name__}")

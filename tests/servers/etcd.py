@@ -91,8 +91,11 @@ class EtcdServer(ServerProcess):
         client_port: int | None = None,
         peer_port: int | None = None,
         initial_cluster: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         super().__init__(workdir, f"etcd-{name}")
+        #: more etcd flags, e.g. ``--quota-backend-bytes`` for a server that fills up
+        self.extra_args = tuple(extra_args)
         self.member_name = name
         self.host = LOOPBACK
         self.port = client_port if client_port is not None else free_port()
@@ -145,7 +148,7 @@ class EtcdServer(ServerProcess):
                 "--trusted-ca-file", str(self.tls.ca),
                 "--client-cert-auth",
             ]  # fmt: skip
-        return argv
+        return argv + list(self.extra_args)
 
     def _check_ready(self, remaining: float) -> bool:
         if self._auth_enabled:
