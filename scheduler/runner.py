@@ -320,12 +320,23 @@ class JobRunner:
         if cached is not None:  # a job started before: no round trip
             adopted = self._decode_config(cached)
             return local if adopted is None else adopted
-        try:
-            self._rt.commit([Create(self.paths.config, local.to_json())])
-            return local
-        except TransactionError as exc:
-            if not isinstance(exc.cause, NodeExistsError):
-                raise
+        # A new job's running marks get their parent with the config. Every cache leaves
+        # that subtree out (``is_running_marks``), and an etcd watch cuts it from its key
+        # ranges when it first sees the node: made by each job's first mark instead,
+        # thousands of jobs beginning to fire together split the watch thousands of times
+        # in a second, each new piece caught up from the server's history, and the server
+        # then spent three times the CPU on every transaction (BENCHMARKS.md).
+        ops = [Create(self.paths.config, local.to_json()), Create(self.paths.running, b"")]
+        while True:
+            try:
+                self._rt.commit(ops)
+                return local
+            except TransactionError as exc:
+                if not isinstance(exc.cause, NodeExistsError):
+                    raise
+                if exc.index != 1 or len(ops) == 1:
+                    break  # the config exists: adopt it
+                ops = ops[:1]  # marks' parent left from before the config: the config alone
         raw = reg.get(self.paths.config)
         if raw is None:
             return local
