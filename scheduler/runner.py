@@ -211,6 +211,8 @@ class JobRunner:
         self._jittered: set[tuple[str, str, float]] | None = None
         #: set by stop_firing: retries stop, their backoffs end
         self._halted = False
+        #: when ``start()`` ended: ``begin_firing`` runs a fire that fell due since, once
+        self._registered_at = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -258,8 +260,29 @@ class JobRunner:
             self._listeners, self._rt.reg, self._rt.cache, self._sharding, self._rt.workers.submit
         )
         self._sharding.start(server_enabled=not self._config.disabled)
-        self._schedule_next(time.time())
+        self._registered_at = time.time()
         self._schedule_reconcile()
+
+    def begin_firing(self) -> None:
+        """Arm the cron; ``start()`` leaves it unarmed. ``Scheduler.start()`` arms every job
+        once all are registered: the fires of the jobs already up would otherwise share the
+        process with the registration of the rest and make a start-up of thousands of jobs
+        twice as long. A fire that fell due since this job's ``start()`` runs once, at once;
+        later ones in that window are neither run nor owed, as none before ``start()`` is:
+        the job had not begun firing.
+
+        Hazard: ``stop_firing`` may run meanwhile. It sets ``_halted`` before it cancels, so
+        the check after arming sees it whenever its cancel came first."""
+        schedule = self._schedule
+        if schedule is None or self._halted or self._rt.stopping.is_set():
+            return
+        due = schedule.next_fire(self._registered_at)
+        if due is None:
+            return
+        first_passed = due <= time.time()
+        self._rt.timer.schedule(self._fire_key, due, self._on_start_up_fire if first_passed else self._fire_callback)
+        if self._halted:
+            self._rt.timer.cancel(self._fire_key)
 
     def settle(self) -> None:
         """As this job's leader and its only instance, make its assignment now, on the
@@ -415,6 +438,15 @@ class JobRunner:
                 due = schedule.next_fire(now)
             if due is not None:
                 self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
+        self._fire_or_jitter(scheduled)
+
+    def _on_start_up_fire(self, scheduled: float) -> None:
+        """The fire that fell due while ``Scheduler.start()`` was still registering other
+        jobs (``begin_firing``): it runs, and the schedule goes on from now."""
+        self._schedule_next(time.time())
+        self._fire_or_jitter(scheduled)
+
+    def _fire_or_jitter(self, scheduled: float) -> None:
         jitter = self._config.jitter_seconds
         if jitter > 0:
             self._jitter(scheduled, random.uniform(0.0, jitter))

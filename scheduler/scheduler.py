@@ -48,6 +48,7 @@ log = logging.getLogger("scheduler")
 
 F = TypeVar("F")
 T = TypeVar("T")
+R = TypeVar("R")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
 _STARTERS = 128
@@ -58,13 +59,12 @@ def _default_workers() -> int:
     return max(4, 2 * (os.cpu_count() or 1))
 
 
-def _each(items: Sequence[T], action: Callable[[T], object]) -> None:
+def _each(items: Sequence[T], action: Callable[[T], R]) -> list[R]:
     """``action`` on every item, ``_STARTERS`` at a time, on threads that live only for it."""
     if not items:
-        return
+        return []
     with ThreadPoolExecutor(min(len(items), _STARTERS), thread_name_prefix="shardjob-start") as pool:
-        for _ in pool.map(action, items):
-            pass
+        return list(pool.map(action, items))
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,9 @@ class Scheduler:
             self._jobs[config.name] = _Registration(config, func, tuple(listeners), handler)
             start_now = self.running
         if start_now:
-            self._start_job(config.name)
+            runner = self._start_job(config.name)
+            if runner is not None:
+                runner.begin_firing()
 
     def _add(
         self,
@@ -244,7 +246,9 @@ class Scheduler:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
-        """Connect, register every job, and return; jobs fire in the background."""
+        """Connect, register every job, and return; jobs fire in the background. Every job
+        begins firing once all are registered, so the first jobs' fires do not slow the
+        start-up of the rest; a fire that fell due meanwhile runs once, at once."""
         with self._lock:
             if self._started:
                 return
@@ -297,11 +301,16 @@ class Scheduler:
             self._started = True
             names = list(self._jobs)
         # jobs start side by side: each start waits on round trips and on its own writes
-        # coming back through the cache, so N jobs one after the other cost N times that
-        _each(names, self._start_job)
+        # coming back through the cache, so N jobs one after the other cost N times that;
+        # they begin firing once all are up (``JobRunner.begin_firing``)
+        for runner in _each(names, self._start_job):
+            if runner is not None:
+                runner.begin_firing()
         log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
 
-    def _start_job(self, name: str) -> None:
+    def _start_job(self, name: str) -> JobRunner | None:
+        """Register ``name`` and make its first assignment; its cron is not armed yet.
+        None when it could not start (kept in ``failed_jobs``)."""
         assert self._runtime is not None
         job = self._jobs[name]
         runner = JobRunner(
@@ -321,6 +330,8 @@ class Scheduler:
             with self._lock:
                 self._failed[name] = exc
             log.error("job %s could not start (%s); the other jobs go on", name, exc)
+            return None
+        return runner
 
     def _shutdown_requested(self, runner: JobRunner) -> None:
         """An operator asked this instance to stop ``runner``'s job: stop firing, let its
