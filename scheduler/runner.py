@@ -345,10 +345,10 @@ class JobRunner:
             return local if adopted is None else adopted
         # A new job's running marks get their parent with the config. Every cache leaves
         # that subtree out (``is_running_marks``), and an etcd watch cuts it from its key
-        # ranges when it first sees the node: made by each job's first mark instead,
-        # thousands of jobs beginning to fire together split the watch thousands of times
-        # in a second, each new piece caught up from the server's history, and the server
-        # then spent three times the CPU on every transaction (BENCHMARKS.md).
+        # ranges when it first sees the node. Hazard: made by each job's first mark
+        # instead, thousands of jobs beginning to fire together would split the watch
+        # thousands of times within a second, each new piece caught up from the server's
+        # history, and the server would stay slowed by it (BENCHMARKS.md).
         ops = [Create(self.paths.config, local.to_json()), Create(self.paths.running, b"")]
         while True:
             try:
