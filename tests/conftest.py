@@ -34,7 +34,7 @@ __all__ = ["BACKENDS", "ETCD_ENV", "ZK_ENV"]
 BACKENDS = ("memory", "zookeeper", "etcd")
 
 
-def _need_local(missing: str | None) -> None:
+def need_local(missing: str | None) -> None:
     """Fail loudly when a local server cannot be started (scripts/test installs them), but
     skip in a runner pointed at external servers (compose), which need not have them."""
     if missing is None:
@@ -58,7 +58,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
         external.wait_ready()
         yield external
         return
-    _need_local(zookeeper_available())
+    need_local(zookeeper_available())
     server = ZooKeeperServer(_workdir(tmp_path_factory, "zookeeper"))
     try:
         server.start()
@@ -76,7 +76,7 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
         external.wait_ready()
         yield external
         return
-    _need_local(etcd_available())
+    need_local(etcd_available())
     server = EtcdServer(_workdir(tmp_path_factory, "etcd"))
     try:
         server.start()
@@ -88,7 +88,7 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
 @pytest.fixture(scope="session")
 def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
     """A local 3-node ZooKeeper ensemble (always local: tests kill its members)."""
-    _need_local(zookeeper_available())
+    need_local(zookeeper_available())
     ensemble = ZooKeeperEnsemble(_workdir(tmp_path_factory, "zk-ensemble"), size=3)
     try:
         ensemble.start()
@@ -100,7 +100,7 @@ def zk_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperE
 @pytest.fixture(scope="session")
 def etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
     """A local 3-node etcd cluster (always local: tests kill its members)."""
-    _need_local(etcd_available())
+    need_local(etcd_available())
     cluster = EtcdCluster(_workdir(tmp_path_factory, "etcd-cluster"), size=3)
     try:
         cluster.start()
@@ -115,14 +115,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
     try:
         return make_tls_files(_workdir(tmp_path_factory, "tls"))
     except RuntimeError as exc:
-        _need_local(str(exc))
+        need_local(str(exc))
         raise
 
 
 @pytest.fixture(scope="session")
 def etcd_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     """A local etcd with authentication on: ``.user`` (root) and ``.password``."""
-    _need_local(etcd_available())
+    need_local(etcd_available())
     server = EtcdServer(_workdir(tmp_path_factory, "etcd-auth"), auth=True)
     try:
         server.start()
@@ -135,7 +135,7 @@ def etcd_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdS
 def etcd_tls_server(tmp_path_factory: pytest.TempPathFactory, tls_files: TLSFiles) -> Iterator[EtcdServer]:
     """A local etcd serving https with mandatory client certificates; ``.tls`` holds the
     ``TLSFiles`` (``ca``, client ``cert`` and ``key``)."""
-    _need_local(etcd_available())
+    need_local(etcd_available())
     server = EtcdServer(_workdir(tmp_path_factory, "etcd-tls"), tls=tls_files)
     try:
         server.start()
@@ -154,7 +154,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
     if external:
         yield external
         return
-    _need_local(postgres_available())
+    need_local(postgres_available())
     server = PostgresServer(_workdir(tmp_path_factory, "postgres"))
     try:
         server.start()

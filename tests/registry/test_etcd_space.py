@@ -19,7 +19,7 @@ import pytest
 import registry
 from registry.errors import RegistryError
 from scheduler import JobConfig, Scheduler, ShardingContext
-from tests.conftest import _need_local
+from tests.conftest import need_local
 from tests.servers.etcd import EtcdServer, etcd_available
 from tests.waiting import holds_for, wait_for
 
@@ -30,7 +30,7 @@ FILLER = b"x" * 1_000_000
 
 @pytest.fixture
 def small_etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    _need_local(etcd_available())
+    need_local(etcd_available())
     server = EtcdServer(tmp_path / "etcd-small", extra_args=["--quota-backend-bytes", str(QUOTA)])
     server.start()
     try:
