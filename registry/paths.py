@@ -6,6 +6,7 @@ segment; the namespace is a prefix applied and removed here, so callers never se
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "is_below",
     "join",
     "parent",
+    "shared",
     "validate_path",
 ]
 
@@ -54,6 +56,19 @@ def _validate_slowly(path: str) -> str:
     if "\x00" in path:
         raise ValueError(f"registry path contains a NUL character: {path!r}")
     return path
+
+
+def shared(path: str) -> str:
+    """The one ``str`` object for ``path`` that long-lived maps keep as their key.
+
+    Invariant: a map that holds a path for as long as its node exists (the cache, a watch's
+    known nodes, the memory store, the client's watcher tables) keys it by ``shared(path)``.
+    Each of a job's dozen nodes is a key in four or five such maps, and every event and
+    read makes its path anew (sliced, joined, decoded); interned, each path is stored once
+    (about 80 bytes saved per extra copy, 5 to 10 KiB per job on ZooKeeper). CPython
+    frees an interned string once nothing else holds it.
+    """
+    return sys.intern(path)
 
 
 def join(base: str, *names: str) -> str:

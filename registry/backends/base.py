@@ -35,7 +35,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, ancestors, is_below, parent, validate_path
+from registry.paths import Namespace, ancestors, is_below, parent, shared, validate_path
 from registry.protocol import (
     Characteristic,
     Check,
@@ -225,7 +225,7 @@ class WatchRegistration:
                 known = self.covers(parent(stored_path)) and not self.excluded(stored_path)
             if len(self._covered) >= _COVERED_MEMO:
                 self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
-            self._covered[stored_path] = known
+            self._covered[shared(stored_path)] = known
         return known
 
 
@@ -428,7 +428,7 @@ class BaseRegistry(abc.ABC):
                 assert node is not None
                 if known == node.version:
                     return
-                registration.versions[stored_path] = node.version
+                registration.versions[shared(stored_path)] = node.version
                 real_kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 event = Event(real_kind, self._ns.to_client(stored_path), node.value, node.version)
             self._deliver(registration, [event])
@@ -456,7 +456,7 @@ class BaseRegistry(abc.ABC):
                     continue
                 kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 events.append(Event(kind, self._ns.to_client(stored_path), node.value, node.version))
-            registration.versions = {p: n.version for p, n in snapshot.items() if registration.covers(p)}
+            registration.versions = {shared(p): n.version for p, n in snapshot.items() if registration.covers(p)}
             if emit and events:
                 self._deliver(registration, events)
 
@@ -545,7 +545,7 @@ class BaseRegistry(abc.ABC):
             stored = self._ns.to_server(path)
             if len(self._stored_paths) >= _STORED_MEMO:
                 self._stored_paths.clear()
-            self._stored_paths[path] = stored
+            stored = self._stored_paths[shared(path)] = shared(stored)
         return stored
 
     def _stored_writable(self, path: str) -> str:

@@ -32,7 +32,7 @@ from registry.backends.base import (
     raise_first_failed_op,
 )
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
-from registry.paths import ancestors, basename, is_below, parent
+from registry.paths import ancestors, basename, is_below, parent, shared
 from registry.protocol import Characteristic, Create, Delete, EventKind, Node, Op, SessionState, Set
 from registry.url import RegistryURL
 
@@ -350,12 +350,13 @@ class MemoryStore:
     def _insert(self, path: str, value: bytes, session_id: int | None) -> None:
         session = self._sessions.get(session_id) if session_id is not None else None
         entry = (value, self._next_version(), session.id if session else None)
+        path = shared(path)
         self._nodes[path] = entry
         if path != "/":
             owner = parent(path)
             kids = self._kids.get(owner)
             if kids is None:
-                kids = self._kids[owner] = {}
+                kids = self._kids[shared(owner)] = {}
             kids[path] = None
         if session is not None:
             session.ephemerals.add(path)
