@@ -45,6 +45,7 @@ from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_lo
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_txn import run_transaction
 from registry.backends.zookeeper_watch import TreeWatcher
+from registry.backends.zookeeper_watchers import compact_watcher_tables
 from registry.errors import NoNodeError, RegistryConnectionError, RegistryError
 from registry.paths import parent
 from registry.protocol import Node, Op, SessionState
@@ -124,6 +125,7 @@ class ZooKeeperRegistry(BaseRegistry):
             logger=kazoo_logger(),
         )
         tune_connection(self._client, parsed.connect_timeout)
+        compact_watcher_tables(self._client)
         self._io = ZkIO(
             self._client,
             hosts=self._hosts,

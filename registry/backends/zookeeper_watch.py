@@ -42,7 +42,7 @@ from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_children
-from registry.paths import ancestors, join, parent
+from registry.paths import ancestors, join, parent, shared
 from registry.protocol import EventKind, Node
 
 __all__ = ["TreeWatcher"]
@@ -82,6 +82,10 @@ class TreeWatcher:
         self._events: list[tuple[bool, Any, str]] = []
         self._events_lock = threading.Lock()
         self._drain_scheduled = False
+        #: kazoo keeps the callback of every watch it arms: one bound method for all of
+        #: them, not one made per read
+        self.data_callback: Callable[[Any], None] = self.on_data
+        self.child_callback: Callable[[Any], None] = self.on_child
 
     @property
     def usable(self) -> bool:
@@ -123,7 +127,7 @@ class TreeWatcher:
             if found:
                 break
             # root absent: watch for its creation; if it appeared meanwhile, read again
-            if self._io.wait(self._io.client.exists_async(self.root, watch=self.on_data), deadline) is None:
+            if self._io.wait(self._io.client.exists_async(self.root, watch=self.data_callback), deadline) is None:
                 break
             found, kids = self._scan([self.root], deadline)
         fresh = {path: czxid for path, _, czxid in found}
@@ -169,8 +173,8 @@ class TreeWatcher:
             for table in tables:
                 callbacks = table.get(path) if isinstance(table, dict) else None
                 if callbacks:
-                    callbacks.discard(self.on_data)
-                    callbacks.discard(self.on_child)
+                    callbacks.discard(self.data_callback)
+                    callbacks.discard(self.child_callback)
         self._known.clear()
         self._kids.clear()
 
@@ -206,9 +210,9 @@ class TreeWatcher:
             if path not in self._known:
                 reads.append(None)
             elif child:
-                reads.append(client.get_children_async(path, watch=self.on_child))
+                reads.append(client.get_children_async(path, watch=self.child_callback))
             else:
-                reads.append(client.get_async(path, watch=self.on_data))
+                reads.append(client.get_async(path, watch=self.data_callback))
         # 2. The answers, in the notifications' order; new nodes are only noted
         adopt: list[str] = []
         for (child, event_type, path), read in zip(events, reads, strict=True):
@@ -262,7 +266,7 @@ class TreeWatcher:
         """Read new nodes and everything below them, arm their watches, report them."""
         found, kids = self._scan(paths, deadline)
         if self.root in paths and not any(p == self.root for p, _, _ in found):
-            stat = self._io.wait(self._io.client.exists_async(self.root, watch=self.on_data), deadline)
+            stat = self._io.wait(self._io.client.exists_async(self.root, watch=self.data_callback), deadline)
             if stat is not None:
                 found, kids = self._scan(paths, deadline)
         for path, node, czxid in found:
@@ -271,9 +275,10 @@ class TreeWatcher:
             previous = self._known.get(path)
             if previous is not None and previous != czxid:
                 self._drop(path)
+            path = shared(path)
             self._known[path] = czxid
             if path != self.root:
-                self._kids.setdefault(parent(path), {})[path] = None
+                self._kids.setdefault(shared(parent(path)), {})[path] = None
             self._owner._notify(self.registration, EventKind.CREATED, path, node)
         for path, children in kids.items():
             if path in self._known:
@@ -281,9 +286,9 @@ class TreeWatcher:
 
     def _add_kids(self, path: str, children: Iterable[str]) -> None:
         """Note those of ``children`` that are known as children of ``path``."""
-        known = [c for c in children if c in self._known]
+        known = [shared(c) for c in children if c in self._known]
         if known:
-            self._kids.setdefault(path, {}).update(dict.fromkeys(known))
+            self._kids.setdefault(shared(path), {}).update(dict.fromkeys(known))
 
     def _drop(self, path: str) -> None:
         """Report ``path`` and every known node below it deleted, deepest first."""
@@ -333,8 +338,8 @@ class TreeWatcher:
                 pending = [
                     (
                         p,
-                        client.get_async(p, watch=self.on_data),
-                        None if leaf is not None and leaf(p) else client.get_children_async(p, watch=self.on_child),
+                        client.get_async(p, watch=self.data_callback),
+                        None if leaf is not None and leaf(p) else client.get_children_async(p, watch=self.child_callback),
                     )
                     for p in chunk
                 ]

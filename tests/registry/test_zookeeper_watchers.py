@@ -1,0 +1,104 @@
+"""kazoo's tables of watch callbacks are kept compact (``registry/backends/zookeeper_watchers.py``),
+against a real ZooKeeper: one list entry per watched path holding the tree watch's one
+callback, keyed by the same ``str`` the watch keeps, and still so after the connection
+drops and kazoo builds its tables anew; the watch goes on reporting changes throughout."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+import registry
+from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.backends.zookeeper_watchers import compact_watcher_tables
+from registry.protocol import Event, SessionState
+from tests.servers.proxy import TCPProxy
+from tests.waiting import wait_for
+
+_NODES = ("/job/config", "/job/servers/a", "/job/servers/b", "/job/sharding/0/failover")
+
+
+def _tables(reg: ZooKeeperRegistry) -> tuple[Any, Any]:
+    return reg._client._data_watchers, reg._client._child_watchers
+
+
+def _assert_compact(reg: ZooKeeperRegistry, watched: list[str]) -> None:
+    """Every watched node has a data entry holding exactly one callback, in a table that is
+    not kazoo's ``defaultdict(set)``, keyed by the interned path."""
+    data, child = _tables(reg)
+    for table in (data, child):
+        assert type(table) is not defaultdict
+        for path, callbacks in table.items():
+            assert not isinstance(callbacks, set)
+            assert len(callbacks) == len(set(callbacks)), path  # no callback twice
+    for path in watched:
+        stored = reg._ns.prefix + path
+        assert len(data[stored]) == 1, (path, list(data[stored]))
+        key = next(k for k in data if k == stored)
+        assert key is sys.intern(stored), path  # the one copy the tree watch keeps too
+
+
+@pytest.fixture
+def proxy(zk_server: Any) -> Iterator[TCPProxy]:
+    host, port = zk_server.address.rsplit(":", 1)
+    with TCPProxy(host, int(port)) as tcp:
+        yield tcp
+
+
+def test_the_tables_stay_compact_across_a_dropped_connection(proxy: TCPProxy) -> None:
+    reg = registry.connect(
+        f"zk://{proxy.address}/zkwatchers{uuid.uuid4().hex[:10]}?session_timeout=20&connect_timeout=2"
+    )
+    assert isinstance(reg, ZooKeeperRegistry)
+    events: list[Event] = []
+    seen = threading.Condition()
+
+    def on_event(event: Event) -> None:
+        with seen:
+            events.append(event)
+            seen.notify_all()
+
+    try:
+        for path in _NODES:
+            reg.create(path, b"v")
+        reg.watch("/job", on_event, initial=True)
+        watched = ["/job", "/job/config", "/job/servers", "/job/servers/a", "/job/sharding/0/failover"]
+        wait_for(lambda: all(reg._ns.prefix + p in _tables(reg)[0] for p in watched), 10)
+        _assert_compact(reg, watched)
+
+        proxy.cut()
+        wait_for(lambda: reg.state is SessionState.SUSPENDED, 20, message=lambda: str(reg.state))
+        proxy.restore()
+        wait_for(lambda: reg.state is SessionState.RECONNECTED, 20, message=lambda: str(reg.state))
+        # the resync re-arms every watch, into the tables kazoo made anew at the drop
+        wait_for(lambda: all(reg._ns.prefix + p in _tables(reg)[0] for p in watched), 20)
+        _assert_compact(reg, watched)
+
+        # one-shot watches fire and are re-armed through the new tables
+        reg.put("/job/config", b"changed")
+        reg.create("/job/servers/c", b"v")
+        wait_for(
+            lambda: {("/job/config", b"changed"), ("/job/servers/c", b"v")}
+            <= {(e.path, e.value) for e in list(events)},
+            10,
+            message=lambda: str(events[-5:]),
+        )
+        _assert_compact(reg, [*watched, "/job/servers/c"])
+    finally:
+        reg.close()
+
+
+def test_a_client_whose_tables_are_not_kazoos_is_left_alone(caplog: pytest.LogCaptureFixture) -> None:
+    client = KazooClient(hosts="127.0.0.1:1")
+    client._data_watchers = {}
+    assert compact_watcher_tables(client) is False
+    assert client._data_watchers == {}
+    assert "_reset_watchers" not in vars(client)
+    assert "watcher tables are not the ones this release expects" in caplog.text
