@@ -65,8 +65,8 @@ def shared(path: str) -> str:
     known nodes, the memory store, the client's watcher tables) keys it by ``shared(path)``.
     Each of a job's dozen nodes is a key in four or five such maps, and every event and
     read makes its path anew (sliced, joined, decoded); interned, each path is stored once
-    (about 80 bytes saved per extra copy, 5 to 10 KiB per job on ZooKeeper). CPython
-    frees an interned string once nothing else holds it.
+    (about 80 bytes saved per extra copy). CPython frees an interned string once nothing
+    else holds it.
     """
     return sys.intern(path)
 

@@ -31,6 +31,7 @@ from registry.backends.base import (
     WatchRegistration,
     raise_first_failed_op,
 )
+from registry.children import ChildIndex
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent, shared
 from registry.protocol import Characteristic, Create, Delete, EventKind, Node, Op, SessionState, Set
@@ -83,8 +84,8 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._nodes: dict[str, _Entry] = {}
-        #: children by parent, only for nodes that have some (dicts of str: no GC tracking)
-        self._kids: dict[str, dict[str, None]] = {}
+        #: children by parent, only for nodes that have some
+        self._kids = ChildIndex()
         self._revision = 0
         self._sequences: dict[str, int] = {}
         self._session_ids = itertools.count(1)
@@ -218,7 +219,7 @@ class MemoryStore:
 
     def children(self, path: str) -> list[str]:
         with self._lock:
-            return [basename(p) for p in self._kids.get(path, ())]
+            return [basename(p) for p in self._kids.of(path)]
 
     def snapshot(self, root: str) -> dict[str, Node]:
         with self._lock:
@@ -330,7 +331,7 @@ class MemoryStore:
 
     def _subtree(self, path: str) -> Iterator[str]:
         yield path
-        for child in list(self._kids.get(path, ())):
+        for child in self._kids.of(path):
             yield from self._subtree(child)
 
     def _make_parents(self, path: str) -> None:
@@ -353,11 +354,7 @@ class MemoryStore:
         path = shared(path)
         self._nodes[path] = entry
         if path != "/":
-            owner = parent(path)
-            kids = self._kids.get(owner)
-            if kids is None:
-                kids = self._kids[shared(owner)] = {}
-            kids[path] = None
+            self._kids.add(parent(path), path)
         if session is not None:
             session.ephemerals.add(path)
         self._broadcast(EventKind.CREATED, path, _node_of(entry))
@@ -367,15 +364,11 @@ class MemoryStore:
         self._broadcast(EventKind.UPDATED, path, _node_of(entry))
 
     def _remove_subtree(self, path: str) -> None:
-        for child in sorted(self._kids.get(path, ())):
+        for child in sorted(self._kids.of(path)):
             self._remove_subtree(child)
         entry = self._nodes.pop(path, None)
-        self._kids.pop(path, None)
-        siblings = self._kids.get(parent(path))
-        if siblings is not None:
-            siblings.pop(path, None)
-            if not siblings:
-                del self._kids[parent(path)]
+        self._kids.pop(path)
+        self._kids.discard(parent(path), path)
         if entry is None:
             return
         owner = entry[2]

@@ -42,6 +42,7 @@ from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_children
+from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
 from registry.protocol import EventKind, Node
 
@@ -75,9 +76,8 @@ class TreeWatcher:
         self.synced = False  # the initial read is done: notifications may be acted on
         self.dead = False  # failed to start or cancelled
         self._known: dict[str, int] = {}  # path -> czxid of every node reported
-        #: path -> its known children, only for nodes that have some: a dozen nodes per job,
-        #: most of them leaves, and a dict of str (not a set) the garbage collector skips
-        self._kids: dict[str, dict[str, None]] = {}
+        #: path -> its known children, only for nodes that have some
+        self._kids = ChildIndex()
         #: notifications not yet handled: (is a child event, event type, path)
         self._events: list[tuple[bool, Any, str]] = []
         self._events_lock = threading.Lock()
@@ -130,12 +130,12 @@ class TreeWatcher:
             if self._io.wait(self._io.client.exists_async(self.root, watch=self.data_callback), deadline) is None:
                 break
             found, kids = self._scan([self.root], deadline)
-        fresh = {path: czxid for path, _, czxid in found}
+        fresh = {shared(path): czxid for path, _, czxid in found}
         stale = [p for p, czxid in self._known.items() if fresh.get(p) != czxid]
         for path in sorted(stale, key=_deepest_first):
             self._owner._notify(self.registration, EventKind.DELETED, path, None)
         self._known = fresh
-        self._kids = {}
+        self._kids = ChildIndex()
         for path in fresh:
             self._add_kids(path, kids.get(path, ()))
         self._owner._resync(self.registration, {path: node for path, node, _ in found}, emit=emit)
@@ -232,7 +232,7 @@ class TreeWatcher:
         except KzNoNode:
             return  # deleted: its data watch reports it
         current = set(self._watched_children(path, names))
-        known = set(self._kids.get(path, ()))  # a copy: _drop below changes the map
+        known = set(self._kids.of(path))
         for gone in sorted(known - current):
             self._drop(gone)
         adopt.extend(sorted(current - known))
@@ -278,7 +278,7 @@ class TreeWatcher:
             path = shared(path)
             self._known[path] = czxid
             if path != self.root:
-                self._kids.setdefault(shared(parent(path)), {})[path] = None
+                self._kids.add(parent(path), path)
             self._owner._notify(self.registration, EventKind.CREATED, path, node)
         for path, children in kids.items():
             if path in self._known:
@@ -286,9 +286,7 @@ class TreeWatcher:
 
     def _add_kids(self, path: str, children: Iterable[str]) -> None:
         """Note those of ``children`` that are known as children of ``path``."""
-        known = [shared(c) for c in children if c in self._known]
-        if known:
-            self._kids.setdefault(shared(path), {}).update(dict.fromkeys(known))
+        self._kids.add_all(path, [c for c in children if c in self._known])
 
     def _drop(self, path: str) -> None:
         """Report ``path`` and every known node below it deleted, deepest first."""
@@ -299,17 +297,13 @@ class TreeWatcher:
         while stack:
             current = stack.pop()
             gone.append(current)
-            stack.extend(self._kids.get(current, ()))
+            stack.extend(self._kids.of(current))
         for current in sorted(gone, key=_deepest_first):
             self._known.pop(current, None)
-            self._kids.pop(current, None)
+            self._kids.pop(current)
             self._owner._notify(self.registration, EventKind.DELETED, current, None)
         if path != self.root:
-            siblings = self._kids.get(parent(path))
-            if siblings is not None:
-                siblings.pop(path, None)
-                if not siblings:
-                    del self._kids[parent(path)]
+            self._kids.discard(parent(path), path)
 
     def _watched_children(self, path: str, names: list[str]) -> list[str]:
         """The children to read and arm: excluded subtrees are never read, so they cost

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from registry.children import ChildIndex
 from registry.errors import RegistryError
 from registry.paths import basename, excluded_below, is_below, parent, shared, validate_path
 from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
@@ -47,9 +48,8 @@ class TreeCache:
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer
         self._nodes: dict[str, tuple[bytes, int]] = {}
-        #: children by parent, only for nodes that have some (dicts of str: the garbage
-        #: collector skips them; sets it would walk, a dozen per job)
-        self._kids: dict[str, dict[str, None]] = {}
+        #: children by parent, only for nodes that have some
+        self._kids = ChildIndex()
         #: reentrant: a ``wait_until`` predicate reads the cache under it
         self._lock = threading.RLock()
         #: wakes waiters on any change; ``_path_waits`` wakes those that follow one subtree
@@ -137,7 +137,7 @@ class TreeCache:
     def children(self, path: str) -> list[str]:
         self._check(path)
         with self._changed:
-            return sorted(basename(p) for p in self._kids.get(path, ()))
+            return sorted(basename(p) for p in self._kids.of(path))
 
     def wait_until(
         self, predicate: Callable[[], bool], timeout: float | None, *, under: str | None = None
@@ -210,24 +210,15 @@ class TreeCache:
         with self._changed:
             if event.kind is EventKind.DELETED:
                 self._nodes.pop(event.path, None)
-                self._kids.pop(event.path, None)
+                self._kids.pop(event.path)
                 if event.path != self._root:
-                    owner = parent(event.path)
-                    siblings = self._kids.get(owner)
-                    if siblings is not None:
-                        siblings.pop(event.path, None)
-                        if not siblings:
-                            del self._kids[owner]
+                    self._kids.discard(parent(event.path), event.path)
             else:
                 assert event.value is not None
                 path = shared(event.path)
                 self._nodes[path] = (event.value, event.version if event.version is not None else -1)
                 if path != self._root:
-                    owner = parent(path)
-                    kids = self._kids.get(owner)
-                    if kids is None:
-                        kids = self._kids[shared(owner)] = {}
-                    kids[path] = None
+                    self._kids.add(parent(path), path)
             self._changed.notify_all()
             lineage = _self_and_ancestors(event.path)
             if self._path_waits:
