@@ -14,10 +14,10 @@ tables through ``table[path].add(callback)``, ``pop(path, default)``, ``get`` an
 
 Hazard: the tables are kazoo's private attributes, and kazoo replaces them with new
 ``defaultdict(set)`` in ``_reset_watchers`` at every connection loss.
-``compact_watcher_tables`` installs only over a client whose tables and reset are exactly
-kazoo 2.10-2.11's, and installs again after each reset, on the same connection thread
-that arms watches (so no watch is armed in between); any other client is left as kazoo
-made it, with a warning. ``tests/registry/test_zookeeper_watchers.py`` checks the tables
+``compact_watcher_tables`` installs only over a client whose tables are kazoo's own
+``defaultdict(set)`` and whose reset is ``KazooClient._reset_watchers`` itself, and
+installs again after each reset, on the same connection thread that arms watches (so no
+watch is armed in between); any other client is left as kazoo made it, with a warning. ``tests/registry/test_zookeeper_watchers.py`` checks the tables
 against a real server, across a dropped connection.
 """
 
