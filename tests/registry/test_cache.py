@@ -4,6 +4,7 @@ went on waiting would hold its owner's shutdown up for its whole timeout."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -135,5 +136,29 @@ def test_a_cache_with_leaves_holds_them_and_refuses_reads_below(reg: BaseRegistr
             cache.get_node("/c/job/config/stray")
         reg.put("/c/job/config", b"3")
         assert cache.wait_until(lambda: (n := cache.get_node("/c/job/config")) is not None and n.value == b"3", PROMPT)
+    finally:
+        cache.close()
+
+
+def test_each_cached_path_is_held_once_by_the_cache_and_the_watch(reg: BaseRegistry) -> None:
+    """The cache's node, its parent's child entry and the watch's reported version are
+    keyed by the one shared ``str`` of the path (``registry.paths.shared``), for nodes
+    loaded at the start and for nodes that arrive as events: a dozen paths per job are
+    otherwise stored once per map."""
+    for i in range(2):
+        reg.put(f"/s/n{i}", b"v")
+    cache = TreeCache(reg, "/s").start()
+    try:
+        reg.put("/s/n2", b"v")  # arrives as an event
+        wait_for(lambda: cache.exists("/s/n2"), PROMPT)
+        (registration,) = [r for r in reg._watches if r.root == reg._ns.to_server("/s")]
+        for i in range(3):
+            path = "".join(["/s/n", str(i)])  # equal, but a str of its own
+            key = next(k for k in cache._nodes if k == path)
+            assert key is sys.intern(path), path
+            assert next(c for c in cache._kids.of("/s") if c == path) is key
+            stored = reg._ns.to_server(path)
+            if stored != path:  # a namespace: the watch holds the stored path
+                assert next(k for k in registration.versions if k == stored) is sys.intern(stored)
     finally:
         cache.close()
