@@ -14,8 +14,11 @@ Invariants kept here:
   read a watch needs (kazoo's event thread is never blocked), plus the base's two;
 - session transitions map one to one: SUSPENDED when the connection drops, RECONNECTED
   when it returns with the same session, LOST when the session expired, then CONNECTED on
-  the new session kazoo opens by itself; after RECONNECTED and CONNECTED every watch is
-  read again (kazoo forgets its watches whenever the connection drops);
+  the new session kazoo opens by itself. kazoo forgets its watches whenever the
+  connection drops: after RECONNECTED they are re-armed relative to the last zxid seen
+  before the first drop since they were last armed (``zookeeper_rewatch``); after
+  CONNECTED, or when a re-arm fails, every watch is read again, and until that read
+  completes a further drop leads to reading again, never to a re-arm;
 - with ``user:password`` every node this client creates, parents included, carries an ACL
   giving that digest identity every right and everyone else READ only;
 - a failed connect leaves no kazoo thread running and names only the hosts.
@@ -43,6 +46,7 @@ from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
 from registry.backends.zookeeper_connect import tune_connection
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler
+from registry.backends.zookeeper_rewatch import rearm
 from registry.backends.zookeeper_txn import run_transaction
 from registry.backends.zookeeper_watch import TreeWatcher
 from registry.backends.zookeeper_watchers import compact_watcher_tables
@@ -102,6 +106,13 @@ class ZooKeeperRegistry(BaseRegistry):
         self._closing = False
         self._session_id: int | None = None
         self._lost = False
+        #: the last zxid seen before the first drop since the watches were last armed
+        self._rearm_zxid: int | None = None
+        #: the watches must be read again (a new session, or a re-arm that failed)
+        self._reread_pending = False
+        #: connection drops so far: a re-arm or read clears the state above only if no
+        #: drop came while it ran
+        self._drops = 0
         self._state_guard = threading.Lock()
         self._worker = Dispatcher(f"registry-zkwatch-{id(self):x}")
         self._clock_path = self._ns.prefix + _CLOCK_NODE
@@ -161,9 +172,13 @@ class ZooKeeperRegistry(BaseRegistry):
             return
         with self._state_guard:
             if state == KazooState.SUSPENDED:
+                self._drops += 1
+                if self._rearm_zxid is None:
+                    self._rearm_zxid = self._client.last_zxid
                 self._io.connected.clear()
                 self._set_state(SessionState.SUSPENDED)
             elif state == KazooState.LOST:
+                self._drops += 1
                 self._io.connected.clear()
                 self._lost = True
                 self._set_state(SessionState.LOST)
@@ -181,13 +196,45 @@ class ZooKeeperRegistry(BaseRegistry):
                     if not lost:
                         self._set_state(SessionState.LOST)
                     self._set_state(SessionState.CONNECTED)
-                self._worker.submit(self._resync_watches)
+                    self._reread_pending = True
+                zxid, drops = self._rearm_zxid, self._drops
+                if self._reread_pending or zxid is None:
+                    self._worker.submit(functools.partial(self._reread_watches, drops))
+                else:
+                    self._worker.submit(functools.partial(self._rearm_watches, zxid, drops))
 
-    def _resync_watches(self) -> None:
-        for registration in self._active_watches():
-            watcher = registration.backend_state
-            if isinstance(watcher, TreeWatcher):
-                watcher.resync_after_gap()
+    def _watchers(self) -> list[TreeWatcher]:
+        found = [registration.backend_state for registration in self._active_watches()]
+        return [watcher for watcher in found if isinstance(watcher, TreeWatcher) and watcher.usable]
+
+    def _watches_armed(self, drops: int) -> None:
+        """Every watch is armed as of now, unless the connection dropped since ``drops``."""
+        with self._state_guard:
+            if self._drops == drops:
+                self._rearm_zxid = None
+                self._reread_pending = False
+
+    def _rearm_watches(self, zxid: int, drops: int) -> None:
+        """After a reconnect to the same session: SetWatches relative to ``zxid``."""
+        watchers = self._watchers()
+        try:
+            rearm(self._client, zxid, [w.armed() for w in watchers], self._io.wait_answer)
+        except Exception as exc:
+            if not self._client.connected:
+                return  # the next reconnect re-arms from the same zxid
+            log.warning("watches not re-armed after the reconnect (%s); reading them again", type(exc).__name__)
+            with self._state_guard:
+                self._reread_pending = True
+            self._reread_watches(drops)
+            return
+        self._watches_armed(drops)
+        for watcher in watchers:
+            watcher.resume()
+
+    def _reread_watches(self, drops: int) -> None:
+        """Read every watch's subtree again (after a new session, or a failed re-arm)."""
+        if all([watcher.resync_after_gap() for watcher in self._watchers()]):
+            self._watches_armed(drops)
 
     # -- reads --------------------------------------------------------------------------
     def _get_node(self, path: str) -> Node | None:

@@ -144,6 +144,10 @@ class ZkIO:
     def read_deadline(self) -> float:
         return time.monotonic() + self.connect_timeout
 
+    def wait_answer(self, result: Any) -> Any:
+        """``wait`` for one answer, given the read timeout from now."""
+        return self.wait(result, self.read_deadline())
+
     def write_deadline(self) -> float:
         # A request on a connection that died silently fails once kazoo notices (its read
         # timeout is 2/3 of the session timeout); waiting longer than that learns nothing.

@@ -4,10 +4,12 @@ kazoo 2.11 has no persistent recursive watch (no ``add_watch``), so each registr
 a data watch and a child watch on every node of its subtree (an ``exists`` watch on the
 root while it is absent), re-reading a node whenever its watch fires (which re-arms it).
 kazoo also forgets every watch when the connection drops (it does not re-register them on
-reconnect), so after any gap the whole subtree is read again and handed to ``_resync``.
-Cost: two pipelined requests per node (one for a node the watch's ``leaves`` names: it
-gets no child watch), paid when the watch starts and again after every reconnect
-(BENCHMARKS.md has what that takes).
+reconnect): after a reconnect to the same session the backend re-arms them with one
+SetWatches per 128 KiB of paths (``zookeeper_rewatch``, from ``armed()``), and only what
+changed meanwhile is read; after a new session, or if that fails, the whole subtree is
+read again and handed to ``_resync``. Cost of a read: two pipelined requests per node
+(one for a node the watch's ``leaves`` names: it gets no child watch), paid when the
+watch starts and after a new session (BENCHMARKS.md has what that takes).
 
 Invariants kept here:
 
@@ -25,6 +27,8 @@ Invariants kept here:
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
 - parents are reported before their children, deletions deepest first;
 - a cancelled (or failed-to-start) registration ignores every later notification;
+- notifications whose reads the connection's drop interrupted are kept and handled
+  after the reconnect (``resume``): their watches fired, so no re-arm reports them again;
 - an excluded node (the watch's ``exclude``) is never read, so nothing below it is armed;
   a leaf (the watch's ``leaves``) is read, but never listed.
 """
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,6 +47,7 @@ from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_children
+from registry.backends.zookeeper_rewatch import Rearm
 from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
 from registry.protocol import EventKind, Node
@@ -52,6 +58,9 @@ log = logging.getLogger("registry.zookeeper")
 
 _PIPELINE = 500
 _SYNC_ATTEMPTS = 3
+#: seconds between two tries of a resync that failed while connected (doubling, capped)
+_RESYNC_BACKOFF = 0.05
+_RESYNC_BACKOFF_MAX = 2.0
 
 
 def _deepest_first(path: str) -> tuple[int, str]:
@@ -121,15 +130,15 @@ class TreeWatcher:
 
         Raises on failure without touching the registration's state.
         """
-        deadline = self._io.read_deadline()
-        found, kids = self._scan([self.root], deadline)
+        found, kids = self._scan([self.root])
         for _ in range(_SYNC_ATTEMPTS):
             if found:
                 break
             # root absent: watch for its creation; if it appeared meanwhile, read again
-            if self._io.wait(self._io.client.exists_async(self.root, watch=self.data_callback), deadline) is None:
+            exists = self._io.client.exists_async(self.root, watch=self.data_callback)
+            if self._io.wait(exists, self._io.read_deadline()) is None:
                 break
-            found, kids = self._scan([self.root], deadline)
+            found, kids = self._scan([self.root])
         fresh = {shared(path): czxid for path, _, czxid in found}
         stale = [p for p, czxid in self._known.items() if fresh.get(p) != czxid]
         for path in sorted(stale, key=_deepest_first):
@@ -141,21 +150,54 @@ class TreeWatcher:
         self._owner._resync(self.registration, {path: node for path, node, _ in found}, emit=emit)
         self.synced = True
 
-    def resync_after_gap(self) -> None:
-        """After a reconnect or a new session: every watch is gone, read everything again."""
-        if not self.usable:
-            return
-        for attempt in range(_SYNC_ATTEMPTS):
+    def armed(self) -> Rearm:
+        """The watches this registration keeps armed at the server: a data and a child
+        watch on every node it has reported (no child watch on a leaf), or an exists
+        watch on its absent root."""
+        rearm = Rearm(self.data_callback, self.child_callback)
+        if not self._known:
+            rearm.exist.append(self.root)
+            return rearm
+        leaf = self.registration.leaf
+        rearm.data = list(self._known)
+        rearm.child = [path for path in rearm.data if leaf is None or not leaf(path)]
+        return rearm
+
+    def resume(self) -> None:
+        """After a reconnect: handle the notifications the drop interrupted."""
+        with self._events_lock:
+            if not self._events or self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self._submit(self._drain)
+
+    def resync_after_gap(self) -> bool:
+        """After a reconnect or a new session: every watch is gone, read everything again.
+
+        Tried until it succeeds or the connection drops (the next reconnect schedules
+        another): a watch given up on while connected would stay partly unarmed, its
+        changes never seen. True once read, False when the connection dropped first."""
+        attempt = 0
+        while self.usable:
             try:
                 self.sync(emit=True)
-                return
+                self.resume()
+                return True
             except Exception as exc:
-                if not self._io.client.connected or attempt == _SYNC_ATTEMPTS - 1:
-                    # disconnected again: the next reconnect schedules another resync
+                attempt += 1
+                if not self._io.client.connected:
                     log.warning(
-                        "watch %s: resync failed (%s)", self.registration.watch.path, type(exc).__name__
-                    )
-                    return
+                        "watch %s: resync failed (%s); the reconnect reads it again",
+                        self.registration.watch.path, type(exc).__name__,
+                    )  # fmt: skip
+                    return False
+                if attempt >= _SYNC_ATTEMPTS:
+                    log.warning(
+                        "watch %s: resync failed %d times (%s); trying again",
+                        self.registration.watch.path, attempt, type(exc).__name__,
+                    )  # fmt: skip
+                time.sleep(min(_RESYNC_BACKOFF_MAX, _RESYNC_BACKOFF * 2**attempt))
+        return True  # cancelled: nothing left to read
 
     def forget(self) -> None:
         """Cancelled: drop our callbacks from kazoo's tables so the watcher can be freed.
@@ -188,7 +230,9 @@ class TreeWatcher:
             self._handle(events)
         except Exception as exc:
             if not self._io.client.connected and is_connection_failure(exc):
-                return  # the reconnect resynchronises every watch
+                with self._events_lock:  # handled again after the reconnect (``resume``)
+                    self._events[:0] = events
+                return
             # a watch may be left unarmed: read the subtree again to re-arm it
             log.warning(
                 "watch %s: handling %d change(s) failed (%s); resynchronising",
@@ -222,7 +266,7 @@ class TreeWatcher:
                 self._apply_data(path, event_type, read, deadline, adopt)
         # 3. The new subtrees, read after every answer above was applied
         if adopt:
-            self._adopt(_outermost(adopt), deadline)
+            self._adopt(_outermost(adopt))
 
     def _apply_children(self, path: str, read: Any, deadline: float, adopt: list[str]) -> None:
         if read is None or path not in self._known:
@@ -262,13 +306,13 @@ class TreeWatcher:
             return
         self._owner._notify(self.registration, EventKind.UPDATED, path, _node(data, stat))
 
-    def _adopt(self, paths: list[str], deadline: float) -> None:
+    def _adopt(self, paths: list[str]) -> None:
         """Read new nodes and everything below them, arm their watches, report them."""
-        found, kids = self._scan(paths, deadline)
+        found, kids = self._scan(paths)
         if self.root in paths and not any(p == self.root for p, _, _ in found):
-            stat = self._io.wait(self._io.client.exists_async(self.root, watch=self.data_callback), deadline)
-            if stat is not None:
-                found, kids = self._scan(paths, deadline)
+            exists = self._io.client.exists_async(self.root, watch=self.data_callback)
+            if self._io.wait(exists, self._io.read_deadline()) is not None:
+                found, kids = self._scan(paths)
         for path, node, czxid in found:
             if path != self.root and parent(path) not in self._known:
                 continue  # its parent vanished between the reads
@@ -314,12 +358,14 @@ class TreeWatcher:
             return children
         return [c for c in children if not self.registration.excluded(c)]
 
-    def _scan(
-        self, starts: list[str], deadline: float
-    ) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
+    def _scan(self, starts: list[str]) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
         """Read ``starts`` and their subtrees, level by level, arming a data watch on each
         node read and a child watch on each but the watch's leaves (whose children it
-        leaves out). Returns (path, node, czxid) parents first, and children."""
+        leaves out). Returns (path, node, czxid) parents first, and children.
+
+        Each pipelined chunk gets the read timeout of its own: the server must keep
+        answering, not answer a whole subtree (360,000 reads at 10,000 jobs) in one
+        timeout."""
         client = self._io.client
         leaf = self.registration.leaf
         found: list[tuple[str, Node, int]] = []
@@ -329,6 +375,7 @@ class TreeWatcher:
             next_level: list[str] = []
             for start in range(0, len(level), _PIPELINE):
                 chunk = level[start : start + _PIPELINE]
+                deadline = self._io.read_deadline()
                 pending = [
                     (
                         p,
