@@ -41,6 +41,7 @@ BENCHMARK_NAMES = (
     "scheduler_lateness",
     "start_cost",
     "fleet_requests",
+    "reconnect_recovery",
     "cluster_ops",
     "console_scale",
     "observability_overhead",

@@ -35,6 +35,7 @@ BENCHMARKS = (
     "scheduler_lateness",
     "start_cost",
     "fleet_requests",
+    "reconnect_recovery",
     "cluster_ops",
     "observability_overhead",
     "console_scale",

@@ -54,6 +54,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "scheduler_lateness",
         "start_cost",
         "fleet_requests",
+        "reconnect_recovery",
         "cluster_ops",
         "console_scale",
         "observability_overhead",
@@ -158,6 +159,16 @@ def test_fleet_requests_quick(quick_run: Path) -> None:
     for figures in document["results"]:
         assert figures["fires_run"] == figures["job_fires_due"] > 0  # the fleet ran every job each second
         assert figures["server_requests_per_s"] > 0 and figures["requests_per_job_fire"] > 0
+
+
+def test_reconnect_recovery_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "reconnect_recovery")
+    assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
+    for figures in document["results"]:
+        assert figures["steady_fires_per_s"] == document["jobs"]  # every job each second before the cut
+        assert len(figures["fires_per_second_after"]) == 5
+        assert figures["fires_due_after"] == 5 * document["jobs"]
+        assert figures["server_requests_per_s_steady"] > 0
 
 
 def test_cluster_ops_quick(quick_run: Path) -> None:

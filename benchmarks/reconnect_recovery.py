@@ -1,0 +1,245 @@
+"""How fast a scheduler of many every-second jobs keeps time again after its connection to
+the registry drops for a few seconds, on ZooKeeper and on etcd.
+
+One child process runs ``--jobs`` every-second jobs (1 item each) through a TCP proxy that
+this process holds. After the child runs every job each second and a warm-up, the fires
+of a steady window are counted (the anchor, same run), then the proxy cuts every
+connection for ``--cut`` seconds (under the session timeout: the session survives) and
+restores it. Reported: the seconds from the restore until every later second of the
+``--after`` window ran at least 99 % of its jobs, the share of that window's fires that
+ran, and the requests the server counted (``benchmarks.server_counters``) in the 10 s after
+the restore against as long a steady window before the cut (10 s each).
+
+Usage: ``.venv/bin/python -m benchmarks.reconnect_recovery [--quick] [--jobs N] [--cut S]
+[--after S] [--zk H:P] [--etcd H:P]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchmarks.charts import Charts
+from benchmarks.common import (
+    base_parser,
+    print_table,
+    run_script,
+    servers,
+    spawn_ready,
+    stop_child,
+    write_results,
+)
+from benchmarks.server_counters import read_count
+
+__all__ = ["NAME", "main", "recovery_seconds", "render", "summary"]
+
+NAME = "reconnect_recovery"
+#: a second counts as on time when at least this share of its jobs' fires ran
+ON_TIME = 0.99
+
+
+def _child(argv: list[str]) -> int:
+    """The scheduler: start, say ``ready``, and answer each ``counts A B`` on stdin with
+    the fires run per whole fire-time second in [A, B) as a JSON list; leave at EOF."""
+    parser = argparse.ArgumentParser(prog="reconnect_recovery _child")
+    parser.add_argument("--registry", required=True)
+    parser.add_argument("--jobs", type=int, required=True)
+    args = parser.parse_args(argv)
+    from scheduler import JobConfig, Scheduler, ShardingContext
+    from scheduler.gc_tuning import WORKER_GC_THRESHOLD, tune_gc
+
+    tune_gc(WORKER_GC_THRESHOLD)  # as a worker runs
+    lock = threading.Lock()
+    fires: Counter[int] = Counter()
+
+    def job(ctx: ShardingContext) -> None:
+        with lock:
+            fires[round(ctx.fire_time)] += 1
+
+    sched = Scheduler(args.registry)
+    for n in range(args.jobs):
+        sched.add_job(JobConfig(name=f"job-{n:05d}", cron="* * * * * ?"), job)
+    sched.start()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        _, start, end = line.split()
+        with lock:
+            counts = [fires[second] for second in range(int(start), int(end))]
+        print(json.dumps(counts), flush=True)
+    sched.shutdown(wait=True)
+    return 0
+
+
+def _counts(child: Any, start: int, end: int) -> list[int]:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(f"counts {start} {end}\n".encode())
+    child.stdin.flush()
+    line = b""
+    while not line.strip():  # a newline left behind by the "ready" handshake
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError("the scheduler process exited")
+    counts: list[int] = json.loads(line)
+    return counts
+
+
+def recovery_seconds(counts: list[int], jobs: int, offset: float) -> float | None:
+    """Seconds from the restore to the start of the first second from which every second
+    in ``counts`` ran ``ON_TIME`` of ``jobs``; ``offset``: the restore's time within the
+    first second. None when the window ends late."""
+    late = [n for n, count in enumerate(counts) if count < ON_TIME * jobs]
+    if not late:
+        return 0.0
+    if late[-1] == len(counts) - 1:
+        return None
+    return round(late[-1] + 1 - offset, 1)
+
+
+def _measure(backend: str, address: str, args: argparse.Namespace) -> dict[str, Any]:
+    from tests.servers.proxy import TCPProxy
+
+    jobs, counted = args.jobs, args.counted
+    host, _, port = address.split(",")[0].strip().rpartition(":")
+    scheme = "zk" if backend == "zookeeper" else "etcd"
+    with TCPProxy(host, int(port)) as proxy, tempfile.TemporaryDirectory(prefix="shardjob-bench-reconnect-") as tmp:
+        # the default session timeout (10 s) outlives the cut
+        url = f"{scheme}://{proxy.address}/bench-reconnect-{time.time_ns()}"
+        argv = [sys.executable, "-m", "benchmarks.reconnect_recovery", "_child", "--registry", url, "--jobs", str(jobs)]
+        started = time.monotonic()
+        child = spawn_ready(argv, Path(tmp) / "child.log", timeout=600)
+        try:
+            start_s = time.monotonic() - started
+            deadline = time.monotonic() + 120
+            while _counts(child, int(time.time()) - 2, int(time.time()) - 1)[0] < ON_TIME * jobs:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{backend}: the scheduler never ran every job in one second within 120 s")
+                time.sleep(0.5)
+            time.sleep(args.warmup)
+            steady_start = int(time.time()) + 1
+            time.sleep(max(0.0, steady_start - time.time()))
+            before = read_count(backend, address)
+            time.sleep(counted)
+            steady_requests = read_count(backend, address) - before
+            proxy.cut()
+            time.sleep(args.cut)
+            proxy.restore()
+            restored = time.time()
+            before = read_count(backend, address)
+            time.sleep(counted)
+            after_requests = read_count(backend, address) - before
+            first = int(restored)
+            time.sleep(max(0.0, first + args.after + 2.0 - time.time()))  # the window's last fires finish
+            steady = _counts(child, steady_start, steady_start + int(counted))
+            counts = _counts(child, first, first + int(args.after))
+        finally:
+            stop_child(child)
+    return {
+        "backend": backend,
+        "jobs": jobs,
+        "start_s": round(start_s, 1),
+        "cut_s": args.cut,
+        "after_s": args.after,
+        "counted_s": counted,
+        "steady_fires_per_s": round(sum(steady) / len(steady), 1),
+        "recovery_s": recovery_seconds(counts, jobs, restored - first),
+        "fires_run_after": sum(counts),
+        "fires_due_after": jobs * len(counts),
+        "fires_per_second_after": counts,
+        "server_requests_per_s_steady": round(steady_requests.requests / counted, 1),
+        "server_requests_per_s_after": round(after_requests.requests / counted, 1),
+    }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
+    parser.add_argument("--jobs", type=int, default=None, help="every-second jobs (default 10,000, quick 200)")
+    parser.add_argument("--cut", type=float, default=None, help="seconds the connection is down (default 4, quick 2)")
+    parser.add_argument("--after", type=float, default=None, help="seconds watched after the restore (default 20)")
+    args = parser.parse_args(argv)
+    args.jobs = args.jobs or (200 if args.quick else 10_000)
+    args.cut = args.cut or (2.0 if args.quick else 4.0)
+    args.after = args.after or (5.0 if args.quick else 20.0)
+    args.warmup = 1.0 if args.quick else 3.0
+    args.counted = 3.0 if args.quick else 10.0  # s of server requests counted, before and after
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    if argv and argv[0] == "_child":
+        raise SystemExit(_child(argv[1:]))
+    args = parse_args(list(argv or []))
+    results = []
+    with servers(args) as live:
+        for backend, address in (("zookeeper", live.zookeeper), ("etcd", live.etcd)):
+            if address:
+                results.append(_measure(backend, address, args))
+    print_table(
+        f"Back on time after a {args.cut:g} s cut, {args.jobs} every-second jobs",
+        ["backend", "steady fires/s", "recovery s", "fires run after / due", "server req/s steady", "after"],
+        [
+            [
+                r["backend"],
+                r["steady_fires_per_s"],
+                r["recovery_s"],
+                f"{r['fires_run_after']}/{r['fires_due_after']}",
+                r["server_requests_per_s_steady"],
+                r["server_requests_per_s_after"],
+            ]
+            for r in results
+        ],
+    )
+    payload = {"jobs": args.jobs, "cut_s": args.cut, "after_s": args.after, "results": results}
+    write_results(NAME, args, payload)
+    return payload
+
+
+# -- BENCHMARKS.md ----------------------------------------------------------------------------
+def render(document: dict[str, Any], charts: Charts) -> str:
+    rows = [
+        f"| {r['backend']} | {r['steady_fires_per_s']:,} | "
+        f"{'not within the window' if r['recovery_s'] is None else r['recovery_s']} | "
+        f"{r['fires_run_after']:,} / {r['fires_due_after']:,} | {r['server_requests_per_s_steady']:,} | "
+        f"{r['server_requests_per_s_after']:,} |"
+        for r in document["results"]
+    ]
+    return "\n".join(
+        [
+            "### Back on time after a dropped connection",
+            "",
+            f"One process of {document['jobs']:,} every-second jobs (one item each) reaches its registry "
+            f"through a TCP proxy, which cuts every connection for {document['cut_s']:g} s and restores it "
+            "(the session survives). *recovery* is the seconds from the restore until every later second of "
+            f"the {document['after_s']:g} s after it ran at least {ON_TIME:.0%} of its fires; *steady* is the "
+            "same process before the cut (the anchor). Server requests as the server counts them "
+            f"(`benchmarks.server_counters`), {document['results'][0]['counted_s']:g} s before the cut and as long "
+            "after the restore.",
+            "",
+            "| backend | steady fires/s | recovery s | fires run after / due | server req/s steady | after restore |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def summary(document: dict[str, Any]) -> list[dict[str, str]]:
+    return [
+        {
+            "figure": f"{document['jobs']:,} every-second jobs back on time after a {document['cut_s']:g} s cut, {r['backend']}",
+            "target": "none set (robustness)",
+            "result": f"{'not within the window' if r['recovery_s'] is None else str(r['recovery_s']) + ' s'}, "
+            f"{r['fires_run_after']:,} / {r['fires_due_after']:,} fires run",
+            "met": "-",
+        }
+        for r in document["results"]
+    ]
+
+
+if __name__ == "__main__":
+    run_script(main)
