@@ -2,7 +2,8 @@
 re-armed by SetWatches (``registry/backends/zookeeper_rewatch.py``), not by reading its
 whole subtree again: counted at the server (``zk_packets_received``), the reconnect costs
 a few requests where a re-read costs two per node; and every change made while the
-connection was down is still reported, once, with nothing reported for the rest."""
+connection was down is still reported, once, with nothing reported for the rest. A
+re-arm that fails falls back to reading the watch again."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 import registry
+from registry.backends import zookeeper as zookeeper_backend
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_rewatch import MAX_REQUEST_BYTES, Rearm, SetWatches, _requests
 from registry.protocol import EventKind, SessionState
@@ -101,3 +103,31 @@ def test_set_watches_requests_stay_within_the_bound_and_keep_every_path() -> Non
     assert [p for r in requests for p in r.data] == watches[0].data
     assert [p for r in requests for p in r.child] == watches[0].child
     assert [p for r in requests for p in r.exist] == ["/absent"]
+
+
+def test_a_failed_rearm_falls_back_to_reading_the_watch_again(
+    zk_server: Any, proxy: TCPProxy, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused(*args: Any) -> int:
+        raise RuntimeError("SetWatches refused")
+
+    monkeypatch.setattr(zookeeper_backend, "rearm", refused)
+    namespace = f"/rewatch{uuid.uuid4().hex[:10]}"
+    reg = registry.connect(f"zk://{proxy.address}{namespace}?session_timeout=20&connect_timeout=2")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    try:
+        writer.create("/t/a", b"v")
+        log = EventLog()
+        reg.watch("/t", log, initial=True)
+        log.wait_count(2)
+        proxy.cut()
+        wait_for(lambda: reg.state is SessionState.SUSPENDED, 20, message=lambda: str(reg.state))
+        writer.put("/t/a", b"changed")
+        proxy.restore()
+        log.wait(EventKind.UPDATED, "/t/a", b"changed")
+        assert "watches not re-armed after the reconnect (RuntimeError); reading them again" in caplog.text
+        writer.create("/t/b", b"after")  # armed by the re-read
+        log.wait(EventKind.CREATED, "/t/b", b"after")
+    finally:
+        writer.close()
+        reg.close()
