@@ -15,10 +15,12 @@ Invariants kept here:
 - session transitions map one to one: SUSPENDED when the connection drops, RECONNECTED
   when it returns with the same session, LOST when the session expired, then CONNECTED on
   the new session kazoo opens by itself. kazoo forgets its watches whenever the
-  connection drops: after RECONNECTED they are re-armed relative to the last zxid seen
-  before the first drop since they were last armed (``zookeeper_rewatch``); after
-  CONNECTED, or when a re-arm fails, every watch is read again, and until that read
-  completes a further drop leads to reading again, never to a re-arm;
+  connection drops: after RECONNECTED, and after CONNECTED on a new session, they are
+  re-armed relative to the last zxid seen before the first drop since they were last
+  armed (``zookeeper_rewatch``; the server reports what changed since, the old session's
+  ephemeral nodes deleted included); when that fails, or no zxid is known, every watch is
+  read again, and until that read completes a further drop leads to reading again, never
+  to a re-arm;
 - with ``user:password`` every node this client creates, parents included, carries an ACL
   giving that digest identity every right and everyone else READ only;
 - a failed connect leaves no kazoo thread running and names only the hosts.
@@ -196,7 +198,6 @@ class ZooKeeperRegistry(BaseRegistry):
                     if not lost:
                         self._set_state(SessionState.LOST)
                     self._set_state(SessionState.CONNECTED)
-                    self._reread_pending = True
                 zxid, drops = self._rearm_zxid, self._drops
                 if self._reread_pending or zxid is None:
                     self._worker.submit(functools.partial(self._reread_watches, drops))
@@ -215,7 +216,10 @@ class ZooKeeperRegistry(BaseRegistry):
                 self._reread_pending = False
 
     def _rearm_watches(self, zxid: int, drops: int) -> None:
-        """After a reconnect to the same session: SetWatches relative to ``zxid``."""
+        """After a reconnect, to the same session or a new one: SetWatches relative to
+        ``zxid``. The server must hold the history that zxid belongs to (a new session may
+        have reached a server whose data was wiped): its answer's zxid, at or past ours,
+        says so, else every watch is read again."""
         watchers = self._watchers()
         try:
             rearm(self._client, zxid, [w.armed() for w in watchers], self._io.wait_answer)
@@ -227,12 +231,21 @@ class ZooKeeperRegistry(BaseRegistry):
                 self._reread_pending = True
             self._reread_watches(drops)
             return
+        if self._client.last_zxid < zxid:
+            log.warning(
+                "ZooKeeper at %s is behind the history these watches saw (zxid %#x < %#x); reading them again",
+                self._hosts, self._client.last_zxid, zxid,
+            )  # fmt: skip
+            with self._state_guard:
+                self._reread_pending = True
+            self._reread_watches(drops)
+            return
         self._watches_armed(drops)
         for watcher in watchers:
             watcher.resume()
 
     def _reread_watches(self, drops: int) -> None:
-        """Read every watch's subtree again (after a new session, or a failed re-arm)."""
+        """Read every watch's subtree again (no zxid to re-arm from, or a failed re-arm)."""
         if all([watcher.resync_after_gap() for watcher in self._watchers()]):
             self._watches_armed(drops)
 

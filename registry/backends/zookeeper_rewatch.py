@@ -1,5 +1,7 @@
 """Watches re-armed after a reconnect by ZooKeeper's SetWatches, as its Java client does,
-instead of every node read again.
+instead of every node read again; after a session expired too (the request arms the new
+session's watches just the same, and the old session's ephemeral nodes, deleted since,
+are reported like any deletion).
 
 The server drops a connection's watches with the connection, and kazoo forgets its
 callbacks (it does not send SetWatches). Reading the whole subtree again re-arms them but

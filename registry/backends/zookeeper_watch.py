@@ -4,12 +4,11 @@ kazoo 2.11 has no persistent recursive watch (no ``add_watch``), so each registr
 a data watch and a child watch on every node of its subtree (an ``exists`` watch on the
 root while it is absent), re-reading a node whenever its watch fires (which re-arms it).
 kazoo also forgets every watch when the connection drops (it does not re-register them on
-reconnect): after a reconnect to the same session the backend re-arms them with one
-SetWatches per 128 KiB of paths (``zookeeper_rewatch``, from ``armed()``), and only what
-changed meanwhile is read; after a new session, or if that fails, the whole subtree is
-read again and handed to ``_resync``. Cost of a read: two pipelined requests per node
-(one for a node the watch's ``leaves`` names: it gets no child watch), paid when the
-watch starts and after a new session (BENCHMARKS.md has what that takes).
+reconnect): after a reconnect the backend re-arms them with one SetWatches per 128 KiB of
+paths (``zookeeper_rewatch``, from ``armed()``), and only what changed meanwhile is read;
+if that fails, the whole subtree is read again and handed to ``_resync``. Cost of a
+read: two pipelined requests per node (one for a node the watch's ``leaves`` names: it
+gets no child watch), paid when the watch starts (BENCHMARKS.md has what that takes).
 
 Invariants kept here:
 

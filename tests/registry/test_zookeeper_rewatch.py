@@ -131,3 +131,40 @@ def test_a_failed_rearm_falls_back_to_reading_the_watch_again(
     finally:
         writer.close()
         reg.close()
+
+
+def test_after_a_session_expired_the_watch_is_rearmed_and_reports_the_lost_ephemerals(
+    zk_server: Any, proxy: TCPProxy
+) -> None:
+    namespace = f"/rewatch{uuid.uuid4().hex[:10]}"
+    reg = registry.connect(f"zk://{proxy.address}{namespace}?session_timeout=2&connect_timeout=2")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    assert isinstance(reg, ZooKeeperRegistry)
+    try:
+        for i in range(_JOBS):
+            writer.create(f"/t/n{i}/a", b"v")
+        reg.create("/t/n0/mine", b"e", ephemeral=True)  # gone with the session
+        log = EventLog()
+        reg.watch("/t", log, initial=True)
+        log.wait_count(2 * _JOBS + 2)
+        log.clear()
+
+        proxy.cut()
+        wait_for(lambda: not writer.exists("/t/n0/mine"), 30, message="the session never expired")
+        writer.put("/t/n1/a", b"changed")
+        before = _packets(zk_server.address)
+        proxy.restore()
+        wait_for(lambda: reg.state is SessionState.CONNECTED, 30, message=lambda: str(reg.state))
+        expected = {(EventKind.DELETED, "/t/n0/mine", None), (EventKind.UPDATED, "/t/n1/a", b"changed")}
+        wait_for(lambda: expected <= {(e.kind, e.path, e.value) for e in log.events}, 10, message=lambda: str(log.events))
+        assert reg.flush_events()
+        sent = _packets(zk_server.address) - before
+        reported = [(e.kind, e.path, e.value) for e in log.events]
+        assert sorted(reported, key=str) == sorted(expected, key=str), reported
+        assert sent < 100, f"the new session's watches cost {sent} requests"  # a re-read: 600
+
+        writer.put("/t/n4/a", b"after")
+        log.wait(EventKind.UPDATED, "/t/n4/a", b"after")
+    finally:
+        writer.close()
+        reg.close()
