@@ -715,14 +715,22 @@ class JobRunner:
 
     def resume(self) -> None:
         """The session is back, or a retry is due: remove a running mark left in doubt,
-        then run the fires owed meanwhile."""
-        deadline = time.monotonic() + self._rt.wait_timeout
-        while not self._live() and time.monotonic() < deadline and not self._rt.stopping.is_set():
-            self.sharding.cache.wait_until(self._live, 0.5)
+        then run the fires owed meanwhile.
+
+        Never waits on its coordinator thread for the job to be registered again: after a
+        session expired, every job's resume is queued at once, ahead of the jobs'
+        re-registrations on the same pool, and resumes waiting their turn held the pool
+        (10,000 jobs ran no fire for minutes). Not registered yet, it tries again in
+        ``_RETRY_DELAY`` seconds, through the timer."""
         with self._lock:
-            if self._running or not self._live() or self._rt.stopping.is_set():
-                return  # the running run's end replays what is owed; or the next resume does
-            self._running = True  # nothing of this job may mark while the stale mark goes
+            if self._running or self._rt.stopping.is_set():
+                return  # the running run's end replays what is owed
+            live = self._live()
+            if live:
+                self._running = True  # nothing of this job may mark while the stale mark goes
+        if not live:
+            self._retry_later()
+            return
         swept = False
         try:
             swept = self.sharding.remove_stale_mark()
