@@ -1,17 +1,22 @@
 """How fast a scheduler of many every-second jobs keeps time again after its connection to
-the registry drops for a few seconds, on ZooKeeper and on etcd.
+the registry drops, on ZooKeeper and on etcd: for a few seconds (the session survives),
+and for longer than the session timeout (the session expires: every job registers and
+campaigns again).
 
-One child process runs ``--jobs`` every-second jobs (1 item each) through a TCP proxy that
-this process holds. After the child runs every job each second and a warm-up, the fires
-of a steady window are counted (the anchor, same run), then the proxy cuts every
-connection for ``--cut`` seconds (under the session timeout: the session survives) and
-restores it. Reported: the seconds from the restore until every later second of the
-``--after`` window ran at least 99 % of its jobs, the share of that window's fires that
+One child process per scenario runs ``--jobs`` every-second jobs (1 item each) through a
+TCP proxy that this process holds, with the default session timeout (10 s). After the
+child runs every job each second and a warm-up, the fires of a steady window are counted
+(the anchor, same run), then the proxy cuts every connection for the scenario's seconds
+and restores it. Reported: the seconds from the restore until every later second of the
+scenario's window ran at least 99 % of its jobs, the share of that window's fires that
 ran, and the requests the server counted (``benchmarks.server_counters``) in the 10 s after
-the restore against as long a steady window before the cut (10 s each).
+the restore against as long a steady window before the cut.
 
-Usage: ``.venv/bin/python -m benchmarks.reconnect_recovery [--quick] [--jobs N] [--cut S]
-[--after S] [--zk H:P] [--etcd H:P]``
+Scenarios: a 4 s cut watched for 20 s, a 15 s cut watched for 60 s (quick: one 2 s cut
+watched for 5 s); ``--cut S --after S`` runs that one alone.
+
+Usage: ``.venv/bin/python -m benchmarks.reconnect_recovery [--quick] [--jobs N] [--cut S
+--after S] [--zk H:P] [--etcd H:P]``
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ __all__ = ["NAME", "main", "recovery_seconds", "render", "summary"]
 NAME = "reconnect_recovery"
 #: a second counts as on time when at least this share of its jobs' fires ran
 ON_TIME = 0.99
+#: the registry URL's default session timeout (s): a longer cut expires the session
+SESSION_TIMEOUT = 10.0
 
 
 def _child(argv: list[str]) -> int:
@@ -102,7 +109,7 @@ def recovery_seconds(counts: list[int], jobs: int, offset: float) -> float | Non
     return round(late[-1] + 1 - offset, 1)
 
 
-def _measure(backend: str, address: str, args: argparse.Namespace) -> dict[str, Any]:
+def _measure(backend: str, address: str, args: argparse.Namespace, cut: float, after: float) -> dict[str, Any]:
     from tests.servers.proxy import TCPProxy
 
     jobs, counted = args.jobs, args.counted
@@ -128,24 +135,25 @@ def _measure(backend: str, address: str, args: argparse.Namespace) -> dict[str, 
             time.sleep(counted)
             steady_requests = read_count(backend, address) - before
             proxy.cut()
-            time.sleep(args.cut)
+            time.sleep(cut)
             proxy.restore()
             restored = time.time()
             before = read_count(backend, address)
             time.sleep(counted)
             after_requests = read_count(backend, address) - before
             first = int(restored)
-            time.sleep(max(0.0, first + args.after + 2.0 - time.time()))  # the window's last fires finish
+            time.sleep(max(0.0, first + after + 2.0 - time.time()))  # the window's last fires finish
             steady = _counts(child, steady_start, steady_start + int(counted))
-            counts = _counts(child, first, first + int(args.after))
+            counts = _counts(child, first, first + int(after))
         finally:
             stop_child(child)
     return {
         "backend": backend,
         "jobs": jobs,
         "start_s": round(start_s, 1),
-        "cut_s": args.cut,
-        "after_s": args.after,
+        "cut_s": cut,
+        "after_s": after,
+        "session": "expired" if cut > SESSION_TIMEOUT else "kept",
         "counted_s": counted,
         "steady_fires_per_s": round(sum(steady) / len(steady), 1),
         "recovery_s": recovery_seconds(counts, jobs, restored - first),
@@ -160,12 +168,16 @@ def _measure(backend: str, address: str, args: argparse.Namespace) -> dict[str, 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
     parser.add_argument("--jobs", type=int, default=None, help="every-second jobs (default 10,000, quick 200)")
-    parser.add_argument("--cut", type=float, default=None, help="seconds the connection is down (default 4, quick 2)")
-    parser.add_argument("--after", type=float, default=None, help="seconds watched after the restore (default 20)")
+    parser.add_argument("--cut", type=float, default=None, help="seconds the connection is down (one scenario)")
+    parser.add_argument("--after", type=float, default=None, help="seconds watched after the restore (with --cut)")
     args = parser.parse_args(argv)
     args.jobs = args.jobs or (200 if args.quick else 10_000)
-    args.cut = args.cut or (2.0 if args.quick else 4.0)
-    args.after = args.after or (5.0 if args.quick else 20.0)
+    if (args.cut is None) != (args.after is None):
+        parser.error("--cut and --after go together")
+    if args.cut is not None:
+        args.scenarios = [(args.cut, args.after)]
+    else:
+        args.scenarios = [(2.0, 5.0)] if args.quick else [(4.0, 20.0), (15.0, 60.0)]
     args.warmup = 1.0 if args.quick else 3.0
     args.counted = 3.0 if args.quick else 10.0  # s of server requests counted, before and after
     return args
@@ -177,15 +189,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(list(argv or []))
     results = []
     with servers(args) as live:
-        for backend, address in (("zookeeper", live.zookeeper), ("etcd", live.etcd)):
-            if address:
-                results.append(_measure(backend, address, args))
+        for cut, after in args.scenarios:
+            for backend, address in (("zookeeper", live.zookeeper), ("etcd", live.etcd)):
+                if address:
+                    results.append(_measure(backend, address, args, cut, after))
     print_table(
-        f"Back on time after a {args.cut:g} s cut, {args.jobs} every-second jobs",
-        ["backend", "steady fires/s", "recovery s", "fires run after / due", "server req/s steady", "after"],
+        f"Back on time after a dropped connection, {args.jobs} every-second jobs",
+        ["backend", "cut s", "session", "steady fires/s", "recovery s", "fires run after / due", "server req/s steady", "after"],
         [
             [
                 r["backend"],
+                r["cut_s"],
+                r["session"],
                 r["steady_fires_per_s"],
                 r["recovery_s"],
                 f"{r['fires_run_after']}/{r['fires_due_after']}",
@@ -195,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in results
         ],
     )
-    payload = {"jobs": args.jobs, "cut_s": args.cut, "after_s": args.after, "results": results}
+    payload = {"jobs": args.jobs, "results": results}
     write_results(NAME, args, payload)
     return payload
 
@@ -203,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 # -- BENCHMARKS.md ----------------------------------------------------------------------------
 def render(document: dict[str, Any], charts: Charts) -> str:
     rows = [
-        f"| {r['backend']} | {r['steady_fires_per_s']:,} | "
+        f"| {r['backend']} | {r['cut_s']:g} s, session {r['session']} | {r['after_s']:g} s | {r['steady_fires_per_s']:,} | "
         f"{'not within the window' if r['recovery_s'] is None else r['recovery_s']} | "
         f"{r['fires_run_after']:,} / {r['fires_due_after']:,} | {r['server_requests_per_s_steady']:,} | "
         f"{r['server_requests_per_s_after']:,} |"
@@ -214,15 +229,16 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             "### Back on time after a dropped connection",
             "",
             f"One process of {document['jobs']:,} every-second jobs (one item each) reaches its registry "
-            f"through a TCP proxy, which cuts every connection for {document['cut_s']:g} s and restores it "
-            "(the session survives). *recovery* is the seconds from the restore until every later second of "
-            f"the {document['after_s']:g} s after it ran at least {ON_TIME:.0%} of its fires; *steady* is the "
+            "through a TCP proxy, which cuts every connection and restores it: within the session timeout "
+            f"({SESSION_TIMEOUT:g} s: the session is kept) and past it (it expires: every job registers and "
+            "campaigns again). *recovery* is the seconds from the restore until every later second of "
+            f"the window watched after it ran at least {ON_TIME:.0%} of its fires; *steady* is the "
             "same process before the cut (the anchor). Server requests as the server counts them "
             f"(`benchmarks.server_counters`), {document['results'][0]['counted_s']:g} s before the cut and as long "
             "after the restore.",
             "",
-            "| backend | steady fires/s | recovery s | fires run after / due | server req/s steady | after restore |",
-            "|---|---|---|---|---|---|",
+            "| backend | cut | watched | steady fires/s | recovery s | fires run after / due | server req/s steady | after restore |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
@@ -231,7 +247,8 @@ def render(document: dict[str, Any], charts: Charts) -> str:
 def summary(document: dict[str, Any]) -> list[dict[str, str]]:
     return [
         {
-            "figure": f"{document['jobs']:,} every-second jobs back on time after a {document['cut_s']:g} s cut, {r['backend']}",
+            "figure": f"{document['jobs']:,} every-second jobs back on time after a {r['cut_s']:g} s cut "
+            f"(session {r['session']}), {r['backend']}",
             "target": "none set (robustness)",
             "result": f"{'not within the window' if r['recovery_s'] is None else str(r['recovery_s']) + ' s'}, "
             f"{r['fires_run_after']:,} / {r['fires_due_after']:,} fires run",
