@@ -164,7 +164,6 @@ class ShardingService:
             on_elected=self._on_elected,
             cache=self._cache,
             commit=self._commit,
-            defer=self._executor.submit,
         )
 
     @property
