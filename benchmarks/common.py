@@ -383,6 +383,20 @@ def spawn_ready(argv: Sequence[str], log_path: Path, timeout: float = 30.0) -> s
     return proc
 
 
+def ask(child: subprocess.Popen[bytes], request: str) -> str:
+    """Send ``request`` (one line) to a child started by ``spawn_ready`` and return its
+    one-line answer; ``BenchmarkError`` if the child exited instead."""
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(f"{request}\n".encode())
+    child.stdin.flush()
+    line = b""
+    while not line.strip():  # blank lines a child's "ready" print may have left
+        line = child.stdout.readline()
+        if not line:
+            raise BenchmarkError(f"child {child.args!r} exited before answering {request!r}")
+    return line.decode().strip()
+
+
 def child_result(returncode: int, result_file: Path, log_file: Path, what: str) -> dict[str, Any]:
     """The JSON a child process wrote to ``result_file``; ``BenchmarkError`` naming ``what``
     with the tail of its log when it failed or wrote nothing."""

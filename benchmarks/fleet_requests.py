@@ -24,6 +24,7 @@ from typing import Any
 
 from benchmarks.charts import Charts
 from benchmarks.common import (
+    ask,
     base_parser,
     print_table,
     run_script,
@@ -118,18 +119,7 @@ def _measure(backend: str, address: str, processes: int, jobs: int, warmup: floa
 
 def _fired(children: list[subprocess.Popen[bytes]], start: float, end: float) -> int:
     """Fires with fire times in [start, end) that the fleet's processes ran, together."""
-    total = 0
-    for child in children:
-        assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(f"window {start} {end}\n".encode())
-        child.stdin.flush()
-        line = b""
-        while not line.strip():  # a newline left behind by the "ready" handshake
-            line = child.stdout.readline()
-            if not line:
-                raise RuntimeError("a fleet process exited")
-        total += int(line.split()[1])
-    return total
+    return sum(int(ask(child, f"window {start} {end}").split()[1]) for child in children)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import threading
@@ -33,6 +34,7 @@ from typing import Any
 
 from benchmarks.charts import Charts
 from benchmarks.common import (
+    ask,
     base_parser,
     print_table,
     run_script,
@@ -84,16 +86,8 @@ def _child(argv: list[str]) -> int:
     return 0
 
 
-def _counts(child: Any, start: int, end: int) -> list[int]:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write(f"counts {start} {end}\n".encode())
-    child.stdin.flush()
-    line = b""
-    while not line.strip():  # a newline left behind by the "ready" handshake
-        line = child.stdout.readline()
-        if not line:
-            raise RuntimeError("the scheduler process exited")
-    counts: list[int] = json.loads(line)
+def _counts(child: subprocess.Popen[bytes], start: int, end: int) -> list[int]:
+    counts: list[int] = json.loads(ask(child, f"counts {start} {end}"))
     return counts
 
 
