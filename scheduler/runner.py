@@ -79,6 +79,9 @@ class Runtime:
     cache: TreeCache
     timer: Timer
     coordinator: Executor
+    #: the jobs' election campaigns that a deleted leader node or a new session calls for:
+    #: a pool of their own, since fires wait on the coordinator pool for a leader
+    campaigns: Executor
     workers: WorkerPool
     #: the group commit of every job's running marks (``registry.recipes.batch``)
     batcher: TransactionBatcher
@@ -239,6 +242,7 @@ class JobRunner:
             self._rt.identity,
             sharding_settings(self._config),
             executor=self._rt.coordinator,
+            campaigns=self._rt.campaigns,
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,

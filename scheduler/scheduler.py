@@ -2,8 +2,8 @@
 ``start()``, ``trigger()``, ``shutdown()``.
 
 One scheduler is one instance (``{ip}@-@{pid}``, unique within the process) with one
-registry session, one cache of the namespace, one timer thread, a small coordinator pool
-and one worker pool shared by every job. The thread count is fixed by configuration,
+registry session, one cache of the namespace, one timer thread, a small coordinator pool,
+a small pool where elections campaign, and one worker pool shared by every job. The thread count is fixed by configuration,
 never by the number of jobs.
 """
 
@@ -52,6 +52,9 @@ R = TypeVar("R")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
 _STARTERS = 128
+#: threads of the pool where the jobs' elections campaign after a deleted leader node or a
+#: new session (their transactions share the group commit's round trips)
+_CAMPAIGNERS = 4
 
 
 def _default_workers() -> int:
@@ -268,6 +271,7 @@ class Scheduler:
                     reg.close()
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
+            campaigns = ThreadPoolExecutor(_CAMPAIGNERS, thread_name_prefix="shardjob-campaign")
             workers = WorkerPool(self._max_workers, "shardjob-worker")
             # one drain at a time on every registry: a fire hands its writes to the group
             # commit and never waits for them, so more drains would only take turns on the
@@ -283,6 +287,7 @@ class Scheduler:
                 cache=cache,
                 timer=timer,
                 coordinator=coordinator,
+                campaigns=campaigns,
                 workers=workers,
                 batcher=batcher,
                 commit=commit,
@@ -406,6 +411,7 @@ class Scheduler:
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
+        runtime.campaigns.shutdown(wait=wait, cancel_futures=True)
         runtime.workers.shutdown(wait=wait, drop_queued=not wait)
         self.async_loop.stop()  # after the items: with wait, none is left on it
         if self._owns_registry:

@@ -99,6 +99,7 @@ class ShardingService:
         settings: ShardingSettings,
         *,
         executor: Executor,
+        campaigns: Executor | None = None,
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
         missed_fires: MissedFires | None = None,
@@ -164,6 +165,10 @@ class ShardingService:
             on_elected=self._on_elected,
             cache=self._cache,
             commit=self._commit,
+            # off the registry's shared threads (``LeaderElection``), and off ``executor``
+            # when given a pool of their own: a fire waiting there for a leader must not
+            # queue ahead of the campaign that makes one
+            defer=(executor if campaigns is None else campaigns).submit,
         )
 
     @property

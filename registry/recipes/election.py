@@ -11,6 +11,13 @@ client's win left it at — so a stale leader (session expired, someone else ele
 fails instead of writing. The term is what makes this airtight on every backend: a
 re-created leader node may carry the same version as its predecessor (ZooKeeper restarts
 data versions at 0), the never-deleted term node cannot.
+
+Hazard: a campaign is a transaction and a read. The election hears of a deleted leader
+node and of a new session on the registry's (or the cache's) event and session threads,
+which every watch and listener of the client shares; a campaign run there holds them all
+for its round trips. With ``defer`` those campaigns run where it puts them: after a
+session expired at 10,000 jobs, 10,000 campaigns one after the other on the event thread
+held back every cache update for minutes, and with them every job's re-registration.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ class LeaderElection:
         on_revoked: Callable[[], None] | None = None,
         cache: TreeCache | None = None,
         commit: Commit | None = None,
+        defer: Callable[[Callable[[], object]], object] | None = None,
     ) -> None:
         self._reg = reg
         # the campaign's and resignation's transactions (a group commit when given)
@@ -64,6 +72,8 @@ class LeaderElection:
         self._identifier = identifier.encode()
         self._on_elected = on_elected
         self._on_revoked = on_revoked
+        #: where campaigns that an event or a session change calls for run (None: inline)
+        self._defer = defer
         self._lock = threading.RLock()
         self._term_path = join(parent(path), "term")
         self._version: int | None = None  # the term node's version while we lead
@@ -226,7 +236,7 @@ class LeaderElection:
                 with self._lock:
                     self._version = None
                 self._revoked()
-            self.campaign()
+            self._campaign_later()
 
     def _on_session(self, state: SessionState) -> None:
         if state is SessionState.LOST:
@@ -235,7 +245,17 @@ class LeaderElection:
             if version is not None:
                 self._revoked()
         elif state in (SessionState.CONNECTED, SessionState.RECONNECTED):
+            self._campaign_later()
+
+    def _campaign_later(self) -> None:
+        """Campaign off the calling (shared) thread when a ``defer`` was given."""
+        if self._defer is None:
             self.campaign()
+            return
+        try:
+            self._defer(self.campaign)
+        except RuntimeError:  # the executor was shut down: the scheduler is stopping
+            pass
 
     def _elected(self) -> None:
         log.info("%s: elected at %s", self._identifier.decode(errors="replace"), self._path)

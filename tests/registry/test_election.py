@@ -1,16 +1,18 @@
 """``LeaderElection``: a candidate campaigns again when the leader node goes, unless it
 has withdrawn — then deleting the job's nodes (an operator's ``remove``) must not make it
-create them again. Run on the three backends."""
+create them again; with ``defer``, off the registry's shared threads. Run on the three
+backends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from registry.backends.base import BaseRegistry
+from registry.protocol import EventKind
 from registry.recipes.election import LeaderElection
-from tests.contract import PROMPT, peer, wait_for
+from tests.contract import PROMPT, EventLog, peer, wait_for
 from tests.harness import Harness
 
 ROOT = "/job"
@@ -46,3 +48,29 @@ def test_a_withdrawn_leader_leads_until_stopped_and_never_campaigns_again(
     assert other.read_tree(ROOT) == {}, "a withdrawn candidate re-created the deleted nodes"
     election.stop()
     assert other.read_tree(ROOT) == {}
+
+
+def test_with_defer_a_campaign_runs_where_it_is_put_not_on_the_event_thread(
+    harness: Harness, reg: BaseRegistry
+) -> None:
+    """The deleted leader node is heard of on the registry's shared event thread: the
+    campaign it calls for is handed to ``defer``, and until that runs the thread goes on
+    delivering every other watch's events."""
+    deferred: list[Callable[[], object]] = []
+    made = LeaderElection(reg, LEADER, "a", defer=deferred.append)
+    made.start()
+    try:
+        assert made.is_leader
+        log = EventLog()
+        reg.watch("/elsewhere", log)
+        other = peer(harness, reg)
+        other.delete(LEADER)
+        wait_for(lambda: bool(deferred), PROMPT)
+        assert not made.is_leader and other.get(LEADER) is None  # nothing campaigned inline
+        other.put("/elsewhere/x", b"1")
+        log.wait(EventKind.CREATED, "/elsewhere/x", b"1")
+        for campaign in deferred:
+            campaign()
+        assert made.is_leader and other.get(LEADER) == b"a"
+    finally:
+        made.stop()
