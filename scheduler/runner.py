@@ -29,6 +29,7 @@ from registry.errors import NodeExistsError, RegistryError, TransactionError
 from registry.protocol import Create, Event, EventKind, RegistryCenter
 from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
+from scheduler.burst_pool import BurstPool
 from scheduler.clock_skew import ClockSkew
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
@@ -79,9 +80,10 @@ class Runtime:
     cache: TreeCache
     timer: Timer
     coordinator: Executor
-    #: the jobs' election campaigns that a deleted leader node or a new session calls for:
-    #: a pool of their own, since fires wait on the coordinator pool for a leader
-    campaigns: Executor
+    #: where jobs register and campaign again after a new session or a deleted node:
+    #: threads for the burst (``scheduler.burst_pool``), since fires wait on the
+    #: coordinator pool for a registration and a leader
+    rejoin: BurstPool
     workers: WorkerPool
     #: the group commit of every job's running marks (``registry.recipes.batch``)
     batcher: TransactionBatcher
@@ -242,7 +244,7 @@ class JobRunner:
             self._rt.identity,
             sharding_settings(self._config),
             executor=self._rt.coordinator,
-            campaigns=self._rt.campaigns,
+            rejoin=self._rt.rejoin.submit,
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,
@@ -621,8 +623,13 @@ class JobRunner:
         attempt: int = _MARK_ATTEMPTS,
         source: str = NORMAL,
     ) -> None:
-        request = self.sharding.marks.plan(current, items, fire_time, claimed)
-        self._rt.batcher.submit(request.ops, functools.partial(self._on_marked, request, attempt, source))
+        marks = self.sharding.marks
+        request = marks.plan(current, items, fire_time, claimed)
+        self._rt.batcher.submit(
+            request.ops,
+            functools.partial(self._on_marked, request, attempt, source),
+            doomed=functools.partial(marks.doomed, request),
+        )
 
     def _on_marked(self, request: MarkRequest, attempt: int, source: str, error: BaseException | None) -> None:
         """The group commit applied the fenced mark, or refused it (committer thread:

@@ -2,9 +2,10 @@
 ``start()``, ``trigger()``, ``shutdown()``.
 
 One scheduler is one instance (``{ip}@-@{pid}``, unique within the process) with one
-registry session, one cache of the namespace, one timer thread, a small coordinator pool,
-a small pool where elections campaign, and one worker pool shared by every job. The thread count is fixed by configuration,
-never by the number of jobs.
+registry session, one cache of the namespace, one timer thread, a small coordinator pool
+and one worker pool shared by every job. The thread count at rest is fixed by
+configuration, never by the number of jobs; after a new session, threads that live only
+for it register the jobs and campaign again, as ``start()`` does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from registry.protocol import Characteristic, RegistryCenter, SessionState
 from registry.recipes.batch import TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.async_loop import AsyncLoop
+from scheduler.burst_pool import BurstPool
 from scheduler.clock_skew import ClockSkew
 from scheduler.config import JobConfig, JobType
 from scheduler.events import Observers
@@ -52,9 +54,9 @@ R = TypeVar("R")
 
 #: jobs registered (or handed over) at once by ``start()`` and ``shutdown()``
 _STARTERS = 128
-#: threads of the pool where the jobs' elections campaign after a deleted leader node or a
-#: new session (their transactions share the group commit's round trips)
-_CAMPAIGNERS = 4
+#: threads at most that register jobs and campaign again after a new session, as many as
+#: ``start()`` registers at once (their transactions share the group commit's round trips)
+_REJOINERS = _STARTERS
 
 
 def _default_workers() -> int:
@@ -271,7 +273,7 @@ class Scheduler:
                     reg.close()
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
-            campaigns = ThreadPoolExecutor(_CAMPAIGNERS, thread_name_prefix="shardjob-campaign")
+            rejoin = BurstPool(_REJOINERS, "shardjob-rejoin")
             workers = WorkerPool(self._max_workers, "shardjob-worker")
             # one drain at a time on every registry: a fire hands its writes to the group
             # commit and never waits for them, so more drains would only take turns on the
@@ -287,7 +289,7 @@ class Scheduler:
                 cache=cache,
                 timer=timer,
                 coordinator=coordinator,
-                campaigns=campaigns,
+                rejoin=rejoin,
                 workers=workers,
                 batcher=batcher,
                 commit=commit,
@@ -405,13 +407,16 @@ class Scheduler:
             for runner in runners:
                 runner.wait_idle()
         runtime.batcher.flush()  # what is queued (the last marks' removals) is committed first
+        # No rejoin once leaving: the queued ones are dropped and the running ones end
+        # first (a campaign holds its election's lock, which the job's withdrawal takes),
+        # so none writes after its job left nor outlives the session
+        runtime.rejoin.shutdown(wait=True, drop_queued=True)
         # jobs leave side by side, as they start, their hand-overs sharing transactions
         _each(runners, JobRunner.leave)
         runtime.batcher.close()
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
-        runtime.campaigns.shutdown(wait=wait, cancel_futures=True)
         runtime.workers.shutdown(wait=wait, drop_queued=not wait)
         self.async_loop.stop()  # after the items: with wait, none is left on it
         if self._owns_registry:

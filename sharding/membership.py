@@ -72,6 +72,20 @@ class Membership:
         version = self.version
         return version is not None and self._cache.version(self.path) == version
 
+    def lost(self) -> None:
+        """The session ended, and this instance's ephemeral node with it, whatever the
+        cache still shows: not registered until ``register_again``. The cache lags the
+        registry most right after a new session (every watch catching up), and fires
+        that took its stale node for a registration each had its fenced mark refused,
+        one round trip apiece, ahead of the re-registrations in the group commit.
+
+        The next registration writes a fresh value (the node of a lost session can never
+        be adopted as ours), which identifies the node: the cache shows when it is there,
+        with no read of it (``_written_version``). No lock: the session's listener must
+        not wait behind a registration stuck on the dead session's round trips."""
+        self.version = None
+        self._value = None
+
     def join(self, *, server_enabled: bool) -> bool:
         """Make sure the server has a status (``server_enabled`` when it has none), then
         register; returns whether the server is enabled (as stored, which wins)."""

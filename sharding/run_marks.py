@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from registry.errors import RegistryError, TransactionError
+from registry.errors import BadVersionError, NoNodeError, RegistryError, TransactionError
 from registry.protocol import Check, Create, Delete, Node, Op, RegistryCenter, Set
 from registry.recipes.cache import TreeCache
 from sharding.assignment import Assignment, CorruptNodeError
@@ -145,6 +145,18 @@ class RunMarks:
         )
         mark = RunMark(current.epoch, tuple(items), fire_time, self.path)
         return MarkRequest(ops, mark, tuple(claimed), fence[2], fence[3], create, queue_update)
+
+    def doomed(self, request: MarkRequest) -> TransactionError | None:
+        """The refusal ``request`` is sure to meet, known without a round trip: the
+        registration its fence checks is no longer this instance's (the session that held
+        it ended, or a new one registered since). What the server would answer: the
+        registration check fails."""
+        check = request.registration_check
+        version = self._registration_version()
+        if version == check.version:
+            return None
+        cause: RegistryError = NoNodeError(check.path) if version is None else BadVersionError(check.path, check.version)
+        return TransactionError.for_op(request.ops.index(check), check, cause)
 
     def adopt(self, request: MarkRequest) -> RunMark:
         """The request's transaction was applied: its mark is held."""

@@ -99,7 +99,7 @@ class ShardingService:
         settings: ShardingSettings,
         *,
         executor: Executor,
-        campaigns: Executor | None = None,
+        rejoin: Callable[[Callable[[], object]], object] | None = None,
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
         missed_fires: MissedFires | None = None,
@@ -122,6 +122,10 @@ class ShardingService:
         self.identity = identity
         self._settings = settings
         self._executor = executor
+        # where a new session's (or a vanished node's) re-registration and campaign run:
+        # many jobs of one process rejoin at once, and on ``executor``'s few threads each
+        # waited its turn for round trips while their fires waited on those same threads
+        self._rejoin = executor.submit if rejoin is None else rejoin
         self._own_cache = cache is None
         self._cache = (
             cache if cache is not None else TreeCache(reg, self.paths.root, exclude=is_running_marks, leaves=is_leaf)
@@ -165,10 +169,10 @@ class ShardingService:
             on_elected=self._on_elected,
             cache=self._cache,
             commit=self._commit,
-            # off the registry's shared threads (``LeaderElection``), and off ``executor``
-            # when given a pool of their own: a fire waiting there for a leader must not
-            # queue ahead of the campaign that makes one
-            defer=(executor if campaigns is None else campaigns).submit,
+            # off the registry's shared threads when given a pool (``LeaderElection``); never
+            # ``executor``: a fire or a resharding waiting there must not queue ahead of the
+            # campaign that makes a leader
+            defer=rejoin,
         )
 
     @property
@@ -888,7 +892,7 @@ class ShardingService:
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
         if own_node_gone and live and not self.stopping:
             # never shut down because our node vanished (ElasticJob does): register again
-            self._executor.submit(self._reregister)
+            self._rejoin_later()
         if event.path == self.paths.assignment:
             for listener in list(self._assignment_listeners):
                 listener()
@@ -899,9 +903,16 @@ class ShardingService:
         self._schedule_evaluation()
 
     def _on_session(self, state: SessionState) -> None:
-        # on LOST the node is already gone: the fenced mark fails until we register again
+        if state is SessionState.LOST:
+            self.membership.lost()  # no fire marks (to be refused) until registered again
         if state is SessionState.CONNECTED and not self.stopping:
-            self._executor.submit(self._reregister)
+            self._rejoin_later()
+
+    def _rejoin_later(self) -> None:
+        try:
+            self._rejoin(self._reregister)
+        except RuntimeError:  # the pool was shut down: the scheduler is stopping
+            pass
 
     def _on_elected(self) -> None:
         self._marks_unchecked = True

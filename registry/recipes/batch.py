@@ -30,6 +30,11 @@ Invariants:
   transactions ahead of it take.
 - Transactions of different batches may be applied in any order (several are in flight):
   a caller that needs an order submits its next transaction once the previous is told.
+- A request whose caller knows, by the time it would be sent, that it must fail (its
+  ``doomed`` returns the error) is told that error and never sent. Without it, a queue of
+  transactions that all fail (every fire queued when the session was lost, each fenced on
+  the registration that went with it) cost one round trip each, since a failed shared
+  transaction names one failing op; whatever was queued behind them waited that long.
 
 Hazard: callbacks run on a committer thread, one after the other. They must be quick
 and must never wait on the registry or on this batcher; slow work goes to a pool.
@@ -71,6 +76,8 @@ class _Request:
     cost: int  # reg.transaction_cost(ops)
     queued: float
     written: frozenset[str] = field(default_factory=frozenset)
+    #: the error the request is sure to meet, if known before sending (``submit``)
+    doomed: Callable[[], BaseException | None] | None = None
 
 
 class TransactionBatcher:
@@ -139,9 +146,19 @@ class TransactionBatcher:
             return self._wake.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
     # -- submitting -----------------------------------------------------------------------
-    def submit(self, ops: Sequence[Op], callback: CommitCallback) -> None:
+    def submit(
+        self,
+        ops: Sequence[Op],
+        callback: CommitCallback,
+        *,
+        doomed: Callable[[], BaseException | None] | None = None,
+    ) -> None:
         """Queue ``ops`` as one transaction; ``callback(None)`` once applied, else
-        ``callback(error)`` (on the committer thread, see the module's hazard)."""
+        ``callback(error)`` (on the committer thread, see the module's hazard).
+
+        ``doomed``, called on the committer thread each time the request is about to be
+        sent (quick, no waiting, as a callback), returns the error it would certainly
+        meet, or None: such a request is told that error instead of being sent."""
         if not ops:
             raise ValueError("a transaction needs at least one op")
         size = 0
@@ -153,7 +170,9 @@ class TransactionBatcher:
                     size += len(op.value)
         if self._closed:
             raise BatcherClosed("the transaction batcher is closed")
-        request = _Request(ops, callback, size, self._reg.transaction_cost(ops), time.monotonic(), frozenset(paths))
+        request = _Request(
+            ops, callback, size, self._reg.transaction_cost(ops), time.monotonic(), frozenset(paths), doomed
+        )
         # No lock on this path (every fire passes here twice): the append is atomic, and a
         # committer announces itself in ``_idle`` BEFORE it looks at the queue, so either
         # it sees this request or this sees it idle and wakes it.
@@ -269,7 +288,9 @@ class TransactionBatcher:
     def _commit(self, batch: list[_Request]) -> None:
         parts = [batch]
         while parts:
-            part = parts.pop()
+            part = self._unless_doomed(parts.pop())
+            if not part:
+                continue
             ops = [op for request in part for op in request.ops]
             try:
                 with self._stats:
@@ -296,6 +317,22 @@ class TransactionBatcher:
                 with self._stats:
                     self.applied += len(part)
                 self._finish(part, None)
+
+    def _unless_doomed(self, part: list[_Request]) -> list[_Request]:
+        """``part`` without the requests whose ``doomed`` names an error: those are told it."""
+        kept: list[_Request] = []
+        for request in part:
+            error = None
+            if request.doomed is not None:
+                try:
+                    error = request.doomed()
+                except Exception:
+                    log.exception("a request's doomed check raised; the request is sent")
+            if error is None:
+                kept.append(request)
+            else:
+                self._finish([request], error)
+        return kept
 
     def _split_or_finish(self, part: list[_Request], parts: list[list[_Request]], error: BaseException) -> None:
         """``part`` applied nothing: a lone request is told ``error``, else its halves

@@ -89,6 +89,39 @@ def test_one_refused_transaction_leaves_the_others_of_its_batch_applied(reg: Bas
     assert [count for count, _ in recording.sent] == [5, 3]  # the shared one, then the rest at once
 
 
+def test_doomed_requests_are_told_their_error_and_never_sent(reg: BaseRegistry) -> None:
+    """Requests whose caller knows before sending that they must fail (a hundred fires
+    fenced on a registration their session took away) cost no round trip, and the
+    request queued behind them is applied in the first transaction sent."""
+    recording = _Recording(reg)
+    lost = TransactionError("the registration is gone", index=0)
+    outcomes = _Outcomes()
+    batcher = TransactionBatcher(recording)
+    checked: list[int] = []
+
+    def doomed(n: int) -> BaseException | None:
+        checked.append(n)
+        return lost
+
+    try:
+        for n in range(100):
+            batcher.submit(
+                [Create(f"/marks/doomed-{n}", b"x")],
+                functools.partial(outcomes.record, n),
+                doomed=functools.partial(doomed, n),
+            )
+        batcher.submit([Create("/marks/kept", b"k")], functools.partial(outcomes.record, "kept"), doomed=lambda: None)
+        batcher.start()
+        outcomes.wait(101)
+    finally:
+        batcher.close()
+    assert all(outcomes.by_key[n] is lost for n in range(100))
+    assert outcomes.by_key["kept"] is None and reg.exists("/marks/kept")
+    assert not any(reg.exists(f"/marks/doomed-{n}") for n in range(100))
+    assert sorted(checked) == list(range(100))
+    assert recording.sent == [(1, 1)], "doomed requests were sent"
+
+
 def test_requests_that_clash_only_when_shared_are_each_applied(reg: BaseRegistry) -> None:
     """One request deletes a subtree, another writes inside it: valid alone, refused
     together by every backend; both are applied, each on its own, and the rest with them."""

@@ -1,8 +1,8 @@
 """After its session expired, a scheduler of many jobs fires every job again soon, even
 with one coordinator thread: no job's resume holds that thread waiting for the job to be
-registered again (the re-registrations queue behind the resumes on the same pool), and no
-election campaigns on the registry's shared event or session thread (which every job's
-cache update, its re-registration's included, waits behind)."""
+registered again, and the jobs register and campaign again on threads of their own
+(``scheduler.burst_pool``), never waiting for the coordinator pool, where fires wait for
+a registration and a leader."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from registry.backends.base import BaseRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
+from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
 
@@ -51,4 +52,50 @@ def test_every_job_fires_again_soon_after_the_session_expired(harness: Harness) 
             message=lambda: f"{sum(f > expired for f in dict(fired).values())} of {JOBS} jobs fired again",
         )
     finally:
+        sched.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("harness", ["memory", "zookeeper", "etcd"], indirect=True)
+def test_jobs_register_and_campaign_again_while_the_coordinator_pool_is_held(harness: Harness) -> None:
+    sched = Scheduler(
+        harness.url(harness.fresh_namespace(), session_timeout=harness.min_session_timeout),
+        coordinator_threads=1,
+        max_workers=2,
+    )
+    names = [f"job-{n:02d}" for n in range(JOBS)]
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait(60)
+
+    try:
+        for name in names:
+            sched.add_job(JobConfig(name=name, cron="0 0 0 1 1 ? 2099"), lambda ctx: None)
+        sched.start()
+        runtime = sched.runtime
+        assert runtime is not None
+        reg = runtime.reg
+        runtime.coordinator.submit(hold)
+        assert held.wait(10), "the coordinator's thread never took the holding task"
+        assert isinstance(reg, BaseRegistry)
+        harness.expire_session(reg)
+        me = sched.instance_id
+
+        def rejoined() -> list[str]:
+            return [
+                name
+                for name in names
+                if reg.exists(JobPaths(name).instance(me)) and reg.get(JobPaths(name).leader) == me.encode()
+            ]
+
+        wait_for(
+            lambda: len(rejoined()) == JOBS,
+            20,
+            message=lambda: f"{len(rejoined())} of {JOBS} jobs registered and leading again",
+        )
+        assert not release.is_set()  # all of it with the coordinator's only thread held
+    finally:
+        release.set()
         sched.shutdown(wait=False)
