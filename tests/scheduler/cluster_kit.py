@@ -27,12 +27,19 @@ class Runs:
         self.rows: list[tuple[str, float, int]] = []
         self.hold = threading.Event()
         self.hold.set()
+        #: item runs now inside the job (held there while ``hold`` is clear)
+        self.in_progress = 0
 
     def job(self, instance: str) -> Any:
         def run(ctx: ShardingContext) -> None:
             with self.lock:
                 self.rows.append((instance, ctx.fire_time, ctx.sharding_item))
-            self.hold.wait(30)
+                self.in_progress += 1
+            try:
+                self.hold.wait(30)
+            finally:
+                with self.lock:
+                    self.in_progress -= 1
 
         return run
 
