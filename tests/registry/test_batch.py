@@ -19,7 +19,7 @@ from registry.counting import CountingRegistry
 from registry.errors import TransactionError
 from registry.protocol import Check, Create, Delete, Op
 from registry.recipes.batch import BatcherClosed, TransactionBatcher
-from tests.waiting import wait_for
+from tests.outcomes import Outcomes
 
 
 class _Recording(CountingRegistry):
@@ -42,21 +42,8 @@ class _Recording(CountingRegistry):
             raise
 
 
-class _Outcomes:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.by_key: dict[object, BaseException | None] = {}
-
-    def record(self, key: object, error: BaseException | None) -> None:
-        with self._lock:
-            self.by_key[key] = error
-
-    def wait(self, count: int, timeout: float = 60) -> None:
-        wait_for(lambda: len(self.by_key) >= count, timeout, message=lambda: f"{len(self.by_key)} of {count} told")
-
-
-def _run_all(batcher: TransactionBatcher, requests: dict[object, list[Op]]) -> _Outcomes:
-    outcomes = _Outcomes()
+def _run_all(batcher: TransactionBatcher, requests: dict[object, list[Op]]) -> Outcomes[object]:
+    outcomes = Outcomes[object]()
     for key, ops in requests.items():
         batcher.submit(ops, functools.partial(outcomes.record, key))
     batcher.start()
@@ -95,7 +82,7 @@ def test_doomed_requests_are_told_their_error_and_never_sent(reg: BaseRegistry) 
     request queued behind them is applied in the first transaction sent."""
     recording = _Recording(reg)
     lost = TransactionError("the registration is gone", index=0)
-    outcomes = _Outcomes()
+    outcomes = Outcomes[object]()
     batcher = TransactionBatcher(recording)
     checked: list[int] = []
 
@@ -182,7 +169,7 @@ def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) 
 
 def test_a_closed_batcher_commits_what_is_queued_and_refuses_more(reg: BaseRegistry) -> None:
     batcher = TransactionBatcher(reg, max_delay=30.0)
-    outcomes = _Outcomes()
+    outcomes = Outcomes[object]()
     batcher.submit([Create("/queued", b"q")], functools.partial(outcomes.record, "queued"))
     batcher.start()
     batcher.close()  # long before the 30 s the request would wait for company
@@ -196,7 +183,7 @@ def test_a_submit_racing_close_is_refused_never_stranded(reg: BaseRegistry) -> N
     between its check of ``closed`` and its append. Nobody would ever tell that request,
     so the submit must refuse it rather than return."""
     batcher = TransactionBatcher(reg).start()
-    outcomes = _Outcomes()
+    outcomes = Outcomes[object]()
 
     class _CloseFirst(collections.deque[object]):
         def append(self, item: object) -> None:
@@ -279,7 +266,7 @@ def test_commit_waits_for_its_own_outcome_while_others_share_the_transaction(reg
 
 def test_commit_from_a_callback_or_after_close_applies_directly(reg: BaseRegistry) -> None:
     batcher = TransactionBatcher(reg).start()
-    outcomes = _Outcomes()
+    outcomes = Outcomes[object]()
 
     def nested(error: BaseException | None) -> None:
         batcher.commit([Create("/from-callback", b"n")])  # a committer waiting for itself would hang
@@ -298,7 +285,7 @@ def test_flush_returns_once_every_queued_request_is_told(reg: BaseRegistry) -> N
     rest applied again) still counts as done."""
     reg.create("/f0", b"taken")
     batcher = TransactionBatcher(reg, max_delay=0.5)
-    outcomes = _Outcomes()
+    outcomes = Outcomes[object]()
     for n in range(5):
         batcher.submit([Create(f"/f{n}", b"f")], functools.partial(outcomes.record, n))
     assert not batcher.flush(timeout=0.05), "flush returned with nothing committed"

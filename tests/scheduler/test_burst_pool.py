@@ -98,12 +98,18 @@ def test_a_task_that_raises_is_logged_and_the_pool_goes_on(caplog: pytest.LogCap
         pool.shutdown(wait=True)
 
 
-def test_shutdown_drops_queued_tasks_when_told_and_waits_for_running_ones(release: threading.Event) -> None:
+def _one_running_two_queued(release: threading.Event) -> tuple[BurstPool, list[int]]:
+    """A one-thread pool running task 0 (held by ``release``), tasks 1 and 2 queued."""
     pool = BurstPool(1, "burst-test")
     started: list[int] = []
     for i in range(3):
         pool.submit(_blocking(started, i, release))
     wait_for(lambda: started == [0], 5, message="the first task never started")
+    return pool, started
+
+
+def test_shutdown_drops_queued_tasks_when_told_and_waits_for_running_ones(release: threading.Event) -> None:
+    pool, started = _one_running_two_queued(release)
     stopper = threading.Thread(target=pool.shutdown, kwargs={"wait": True, "drop_queued": True})
     stopper.start()
     holds_for(lambda: stopper.is_alive(), 0.3, message="shutdown(wait=True) returned while a task ran")
@@ -116,11 +122,7 @@ def test_shutdown_drops_queued_tasks_when_told_and_waits_for_running_ones(releas
 
 
 def test_shutdown_keeps_queued_tasks_unless_told(release: threading.Event) -> None:
-    pool = BurstPool(1, "burst-test")
-    started: list[int] = []
-    for i in range(3):
-        pool.submit(_blocking(started, i, release))
-    wait_for(lambda: started == [0], 5, message="the first task never started")
+    pool, started = _one_running_two_queued(release)
     release.set()
     pool.shutdown(wait=True)
     assert started == [0, 1, 2]
