@@ -73,7 +73,7 @@ _MARK_ATTEMPTS = 3
 
 @dataclass
 class Runtime:
-    """What every job of one scheduler shares: one session, one cache, one timer, two pools."""
+    """What every job of one scheduler shares: one session, one cache, one timer, its pools."""
 
     reg: RegistryCenter
     identity: InstanceIdentity
@@ -84,6 +84,9 @@ class Runtime:
     #: threads for the burst (``scheduler.burst_pool``), since fires wait on the
     #: coordinator pool for a registration and a leader
     rejoin: BurstPool
+    #: where jobs evaluate and reshard (``ShardingService``'s executor): as bursty, and
+    #: as much a matter of waiting on round trips, as rejoining
+    resharding: BurstPool
     workers: WorkerPool
     #: the group commit of every job's running marks (``registry.recipes.batch``)
     batcher: TransactionBatcher
@@ -243,7 +246,7 @@ class JobRunner:
             self.name,
             self._rt.identity,
             sharding_settings(self._config),
-            executor=self._rt.coordinator,
+            executor=self._rt.resharding,
             rejoin=self._rt.rejoin.submit,
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
@@ -297,6 +300,9 @@ class JobRunner:
         waiting for the coordinator's few threads or, worse, for each job's first fire,
         whose timer drain a resharding would hold up.
 
+        An assignment left READY by the instance this process replaces (a restart) names
+        that instance: it is resharded here too, not only a missing one.
+
         Hazard: a leader waits for the runs of other instances before it reshards
         (``monitor_execution``), which may take as long as their items run; start-up must
         not, so with another instance online the resharding is left to the background."""
@@ -305,9 +311,9 @@ class JobRunner:
         if not sharding.is_leader or any(other != me for other in sharding.online_instances()):
             return
         try:
-            sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
+            sharding.reshard()
         except (RegistryError, ShardingError) as exc:
-            log.info("job %s: first assignment not made at start (%s); the next fire tries again", self.name, exc)
+            log.info("job %s: assignment not made at start (%s); the next fire tries again", self.name, exc)
 
     def stop_firing(self) -> None:
         self._halted = True

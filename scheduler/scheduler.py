@@ -5,7 +5,8 @@ One scheduler is one instance (``{ip}@-@{pid}``, unique within the process) with
 registry session, one cache of the namespace, one timer thread, a small coordinator pool
 and one worker pool shared by every job. The thread count at rest is fixed by
 configuration, never by the number of jobs; after a new session, threads that live only
-for it register the jobs and campaign again, as ``start()`` does.
+for it register the jobs and campaign again, as ``start()`` does, and a leader's burst of
+reshardings gets such threads too.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ _STARTERS = 128
 #: threads at most that register jobs and campaign again after a new session, as many as
 #: ``start()`` registers at once (their transactions share the group commit's round trips)
 _REJOINERS = _STARTERS
+#: threads at most that evaluate and reshard jobs at once: when an instance joins or leaves,
+#: every job this instance leads reshards together, a few round trips each (shared through
+#: the group commit); on the coordinator pool's few threads that burst held every job's
+#: fires until it was done
+_RESHARDERS = _STARTERS
 
 
 def _default_workers() -> int:
@@ -274,6 +280,10 @@ class Scheduler:
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
             rejoin = BurstPool(_REJOINERS, "shardjob-rejoin")
+            network = Characteristic.NETWORK in reg.characteristics
+            # a memory registry never waits on a round trip: its reshardings only compute, so
+            # no more of them at once than the coordinator ran before
+            resharding = BurstPool(_RESHARDERS if network else self._coordinator_threads, "shardjob-reshard")
             workers = WorkerPool(self._max_workers, "shardjob-worker")
             # one drain at a time on every registry: a fire hands its writes to the group
             # commit and never waits for them, so more drains would only take turns on the
@@ -281,8 +291,8 @@ class Scheduler:
             # another drain started after the timer's stall
             timer = Timer(coordinator, max_drains=self._coordinator_threads)
             # a memory registry never waits: one committer, not threads taking turns on the GIL
-            batcher = TransactionBatcher(reg, committers=4 if Characteristic.NETWORK in reg.characteristics else 1).start()
-            commit = batcher.commit if Characteristic.NETWORK in reg.characteristics else reg.transaction
+            batcher = TransactionBatcher(reg, committers=4 if network else 1).start()
+            commit = batcher.commit if network else reg.transaction
             self._runtime = Runtime(
                 reg=reg,
                 identity=self.identity,
@@ -290,6 +300,7 @@ class Scheduler:
                 timer=timer,
                 coordinator=coordinator,
                 rejoin=rejoin,
+                resharding=resharding,
                 workers=workers,
                 batcher=batcher,
                 commit=commit,
@@ -416,6 +427,8 @@ class Scheduler:
         runtime.batcher.close()
         runtime.reg.remove_listener(self._on_session)
         runtime.cache.close()
+        # after the jobs left: a resharding still running sees its job stopping and ends
+        runtime.resharding.shutdown(wait=wait, drop_queued=True)
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)
         runtime.workers.shutdown(wait=wait, drop_queued=not wait)
         self.async_loop.stop()  # after the items: with wait, none is left on it

@@ -17,7 +17,9 @@ How a resharding goes (the leader only; any instance may raise the flag):
    version it read (a change that raised the flag again meanwhile makes it start over).
 
 A job with no assignment node at all (a new job) skips steps 1 and 2: the missing node
-is the flag, and no run can start without it; step 4 creates the node.
+is the flag, and no run can start without it; step 4 creates the node. A leader that
+finds the assignment out of date while it reshards anyway (a restarted process at
+``start()``) skips step 1: its fence is as durable a sign, and as binding on runs.
 
 That is O(1) registry operations whatever the item and instance counts. Instances read
 everything from one local cache of the job's subtree, so steady state costs no reads; a
@@ -31,8 +33,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Protocol
 
 from registry.errors import NoNodeError, RegistryError, TransactionError
 from registry.paths import is_below, parent
@@ -53,6 +55,14 @@ from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
 from sharding.strategy_loader import check_assignment, get_strategy
 
 __all__ = ["ShardingService", "ShardingSettings"]
+
+
+class Submits(Protocol):
+    """Where evaluations and reshardings run: a ``concurrent.futures.Executor`` or any
+    pool whose ``submit`` raises ``RuntimeError`` once it is shut down."""
+
+    def submit(self, fn: Callable[[], object], /) -> object: ...
+
 
 log = logging.getLogger("sharding")
 
@@ -98,7 +108,7 @@ class ShardingService:
         identity: InstanceIdentity,
         settings: ShardingSettings,
         *,
-        executor: Executor,
+        executor: Submits,
         rejoin: Callable[[Callable[[], object]], object] | None = None,
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
@@ -584,10 +594,15 @@ class ShardingService:
                 # cache to catch up first, bounded.
                 log.info("job %s: the cache lags the assignment; resharding waits for it", self.job)
                 return False
-            if self._needs_resharding() is None:
+            reason = self._needs_resharding()
+            if reason is None:
                 return True
-            self._evaluate()
-            return None
+            # No flag is written for a resharding done here and now: the fence below stops
+            # every run under the old epoch as a flag would, and outlives this leader (the
+            # next one reshards a RESHARDING assignment); a flag raised meanwhile is left
+            # for the next evaluation. That spares a transaction and two reads per job when
+            # a restarted process reshards every job it leads (``JobRunner.settle``).
+            log.info("job %s: resharding needed: %s", self.job, reason)
         with self._state_lock:
             epoch = max(previous.epoch if previous else 0, self._max_epoch)
             settings = self._settings

@@ -466,5 +466,11 @@ def test_thousand_jobs_use_a_fixed_number_of_threads(schedulers: list[Scheduler]
         sched.add_job(JobConfig(name=f"job{n}", cron=EVERY_SECOND, sharding_total_count=1), job)
     sched.start()
     wait_for(lambda: len(ran) == 1000, 60, message="every one of 1,000 jobs ran")
-    grown = threading.active_count() - baseline
-    assert grown <= 8 + 4 + 1 + 4, f"{grown} threads for 1,000 jobs"
+    # at rest: the start's burst of first reshardings had threads of its own, which leave
+    # once idle (``scheduler.burst_pool``); a thread per job never would
+    bound = 8 + 4 + 1 + 4
+    wait_for(
+        lambda: threading.active_count() - baseline <= bound,
+        10,
+        message=lambda: f"{threading.active_count() - baseline} threads for 1,000 jobs",
+    )

@@ -16,6 +16,7 @@ from registry.backends.base import BaseRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
 from sharding.layout import JobPaths
 from tests.harness import Harness
+from tests.scheduler.held_pool import holding_a_thread
 from tests.waiting import wait_for
 
 JOBS = 20
@@ -63,13 +64,6 @@ def test_jobs_register_and_campaign_again_while_the_coordinator_pool_is_held(har
         max_workers=2,
     )
     names = [f"job-{n:02d}" for n in range(JOBS)]
-    held = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        held.set()
-        release.wait(60)
-
     try:
         for name in names:
             sched.add_job(JobConfig(name=name, cron="0 0 0 1 1 ? 2099"), lambda ctx: None)
@@ -77,10 +71,7 @@ def test_jobs_register_and_campaign_again_while_the_coordinator_pool_is_held(har
         runtime = sched.runtime
         assert runtime is not None
         reg = runtime.reg
-        runtime.coordinator.submit(hold)
-        assert held.wait(10), "the coordinator's thread never took the holding task"
         assert isinstance(reg, BaseRegistry)
-        harness.expire_session(reg)
         me = sched.instance_id
 
         def rejoined() -> list[str]:
@@ -90,12 +81,13 @@ def test_jobs_register_and_campaign_again_while_the_coordinator_pool_is_held(har
                 if reg.exists(JobPaths(name).instance(me)) and reg.get(JobPaths(name).leader) == me.encode()
             ]
 
-        wait_for(
-            lambda: len(rejoined()) == JOBS,
-            20,
-            message=lambda: f"{len(rejoined())} of {JOBS} jobs registered and leading again",
-        )
-        assert not release.is_set()  # all of it with the coordinator's only thread held
+        with holding_a_thread(runtime.coordinator) as release:  # the coordinator's only thread
+            harness.expire_session(reg)
+            wait_for(
+                lambda: len(rejoined()) == JOBS,
+                20,
+                message=lambda: f"{len(rejoined())} of {JOBS} jobs registered and leading again",
+            )
+            assert not release.is_set()
     finally:
-        release.set()
         sched.shutdown(wait=False)
