@@ -43,9 +43,9 @@ from benchmarks.common import (
     stop_child,
     write_results,
 )
-from benchmarks.server_counters import read_count
+from benchmarks.server_counters import ServerCount, read_count
 
-__all__ = ["NAME", "main", "recovery_seconds", "render", "summary"]
+__all__ = ["NAME", "child_argv", "fire_counts", "main", "recovery_seconds", "render", "steady_window", "summary"]
 
 NAME = "reconnect_recovery"
 #: a second counts as on time when at least this share of its jobs' fires ran
@@ -86,9 +86,35 @@ def _child(argv: list[str]) -> int:
     return 0
 
 
-def _counts(child: subprocess.Popen[bytes], start: int, end: int) -> list[int]:
+def child_argv(url: str, jobs: int) -> list[str]:
+    """The command line of a child scheduler (``_child``) of ``jobs`` every-second jobs."""
+    return [sys.executable, "-m", "benchmarks.reconnect_recovery", "_child", "--registry", url, "--jobs", str(jobs)]
+
+
+def fire_counts(child: subprocess.Popen[bytes], start: int, end: int) -> list[int]:
+    """The fires a child ran per whole fire-time second in [start, end)."""
     counts: list[int] = json.loads(ask(child, f"counts {start} {end}"))
     return counts
+
+
+def steady_window(
+    child: subprocess.Popen[bytes], backend: str, address: str, jobs: int, warmup: float, counted: float
+) -> tuple[list[int], ServerCount]:
+    """Wait (up to 120 s) until the child runs every job in one second, then ``warmup``
+    seconds; then count ``counted`` whole seconds: the child's fires in each (the anchor)
+    and the requests the server had over them."""
+    deadline = time.monotonic() + 120
+    while fire_counts(child, int(time.time()) - 2, int(time.time()) - 1)[0] < ON_TIME * jobs:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{backend}: the scheduler never ran every job in one second within 120 s")
+        time.sleep(0.5)
+    time.sleep(warmup)
+    start = int(time.time()) + 1
+    time.sleep(max(0.0, start - time.time()))
+    before = read_count(backend, address)
+    time.sleep(counted)
+    requests = read_count(backend, address) - before
+    return fire_counts(child, start, start + int(counted)), requests
 
 
 def recovery_seconds(counts: list[int], jobs: int, offset: float) -> float | None:
@@ -112,22 +138,11 @@ def _measure(backend: str, address: str, args: argparse.Namespace, cut: float, a
     with TCPProxy(host, int(port)) as proxy, tempfile.TemporaryDirectory(prefix="shardjob-bench-reconnect-") as tmp:
         # the default session timeout (10 s) outlives the cut
         url = f"{scheme}://{proxy.address}/bench-reconnect-{time.time_ns()}"
-        argv = [sys.executable, "-m", "benchmarks.reconnect_recovery", "_child", "--registry", url, "--jobs", str(jobs)]
         started = time.monotonic()
-        child = spawn_ready(argv, Path(tmp) / "child.log", timeout=600)
+        child = spawn_ready(child_argv(url, jobs), Path(tmp) / "child.log", timeout=600)
         try:
             start_s = time.monotonic() - started
-            deadline = time.monotonic() + 120
-            while _counts(child, int(time.time()) - 2, int(time.time()) - 1)[0] < ON_TIME * jobs:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{backend}: the scheduler never ran every job in one second within 120 s")
-                time.sleep(0.5)
-            time.sleep(args.warmup)
-            steady_start = int(time.time()) + 1
-            time.sleep(max(0.0, steady_start - time.time()))
-            before = read_count(backend, address)
-            time.sleep(counted)
-            steady_requests = read_count(backend, address) - before
+            steady, steady_requests = steady_window(child, backend, address, jobs, args.warmup, counted)
             proxy.cut()
             time.sleep(cut)
             proxy.restore()
@@ -137,8 +152,7 @@ def _measure(backend: str, address: str, args: argparse.Namespace, cut: float, a
             after_requests = read_count(backend, address) - before
             first = int(restored)
             time.sleep(max(0.0, first + after + 2.0 - time.time()))  # the window's last fires finish
-            steady = _counts(child, steady_start, steady_start + int(counted))
-            counts = _counts(child, first, first + int(after))
+            counts = fire_counts(child, first, first + int(after))
         finally:
             stop_child(child)
     return {

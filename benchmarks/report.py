@@ -42,6 +42,7 @@ BENCHMARK_NAMES = (
     "start_cost",
     "fleet_requests",
     "reconnect_recovery",
+    "restart_recovery",
     "cluster_ops",
     "console_scale",
     "observability_overhead",

@@ -36,6 +36,7 @@ BENCHMARKS = (
     "start_cost",
     "fleet_requests",
     "reconnect_recovery",
+    "restart_recovery",
     "cluster_ops",
     "observability_overhead",
     "console_scale",

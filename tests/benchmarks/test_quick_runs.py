@@ -55,6 +55,7 @@ def test_run_all_and_the_report_list_every_benchmark() -> None:
         "start_cost",
         "fleet_requests",
         "reconnect_recovery",
+        "restart_recovery",
         "cluster_ops",
         "console_scale",
         "observability_overhead",
@@ -169,6 +170,18 @@ def test_reconnect_recovery_quick(quick_run: Path) -> None:
         assert len(figures["fires_per_second_after"]) == 5
         assert figures["fires_due_after"] == 5 * document["jobs"]
         assert figures["server_requests_per_s_steady"] > 0
+
+
+def test_restart_recovery_quick(quick_run: Path) -> None:
+    document = _load(quick_run, "restart_recovery")
+    assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
+    for figures in document["results"]:
+        assert figures["ended"] == "left"
+        assert figures["steady_fires_per_s"] == document["jobs"]  # every job each second before the restart
+        assert len(figures["fires_per_second_after"]) == 5
+        assert figures["fires_due_after"] == 5 * document["jobs"]
+        assert figures["fires_run_after"] > 0  # the new process fired within the window
+        assert figures["start_s"] > 0 and figures["server_requests_per_s_after"] > 0
 
 
 def test_cluster_ops_quick(quick_run: Path) -> None:
