@@ -292,10 +292,15 @@ def _worker_from_file(args: argparse.Namespace) -> int:
 def _run_worker(sched: Scheduler, http: str | None) -> int:
     """Start ``sched`` and run it until SIGTERM or SIGINT, then shut down gracefully."""
     endpoint = sched.serve_http(http) if http else None
-    stop = threading.Event()
+    # Hazard: a signal handler runs on the main thread between two bytecodes, wherever that
+    # thread is, even inside a lock: ``threading.Event.set`` here deadlocked when the signal
+    # landed as ``Event.wait`` took its lock back, the worker then hung until SIGKILL. The
+    # handler sets a plain flag, which takes no lock, and the main loop polls it.
+    stop_requested = False
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        nonlocal stop_requested
+        stop_requested = True
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -318,8 +323,8 @@ def _run_worker(sched: Scheduler, http: str | None) -> int:
     # Hazard: the kernel may deliver SIGTERM to any thread (grpc's, kazoo's); the handler
     # then runs only when the main thread next wakes, and a wait with no timeout never
     # wakes. Waking each half second lets the handler run.
-    while not stop.wait(0.5):
-        pass
+    while not stop_requested:
+        time.sleep(0.5)
     sched.shutdown(wait=True)
     if endpoint is not None:
         endpoint.close()
