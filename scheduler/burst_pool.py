@@ -14,7 +14,8 @@ Invariants: a task never waits for a thread while fewer than ``size`` run (a new
 started); an idle thread leaves only after ``linger`` seconds with nothing queued, and
 never while a task it could take waits; a task that raises is logged and its thread goes
 on; after ``shutdown`` nothing new is accepted (``PoolShutDown``), the queued tasks are
-dropped when asked, and ``wait`` joins the threads still running.
+dropped when asked, and ``wait`` joins the threads still running (every thread the pool
+holds was started under its lock, so none is seen unstarted).
 """
 
 from __future__ import annotations
@@ -76,8 +77,11 @@ class BurstPool:
                 return  # a running thread takes it after its task
             self._started += 1
             thread = threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True)
+            # Started under the lock: ``shutdown`` joins every thread of ``_threads``, and
+            # joining one not yet started raises. The new thread waits for the lock in
+            # ``_work``; ``start()`` returns before that.
+            thread.start()
             self._threads.add(thread)
-        thread.start()
 
     def shutdown(self, wait: bool = True, *, drop_queued: bool = False) -> None:
         with self._cond:

@@ -128,6 +128,77 @@ def test_shutdown_keeps_queued_tasks_unless_told(release: threading.Event) -> No
     assert started == [0, 1, 2]
 
 
+class _LockSeeingWaits:
+    """A lock that notes which threads had to wait for it (its ``acquire`` first tries
+    without blocking): what a test can wait on instead of guessing with a sleep."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.waited: set[threading.Thread] = set()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(False):
+            return True
+        if not blocking:
+            return False
+        self.waited.add(threading.current_thread())
+        return self._lock.acquire(True, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_shutdown_while_a_new_thread_is_being_started_joins_it(
+    release: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown that lands between a new thread's creation and its start waits for the
+    start, then joins it (joining a thread not yet started raises)."""
+    pool = BurstPool(2, "burst-test")
+    lock = _LockSeeingWaits()
+    monkeypatch.setattr(pool, "_cond", threading.Condition(lock))  # type: ignore[arg-type]
+    starting, go_on = threading.Event(), threading.Event()
+    real_start = threading.Thread.start
+
+    def slow_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("burst-test"):
+            starting.set()
+            go_on.wait(10)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    ran = threading.Event()
+    submitter = threading.Thread(target=pool.submit, args=(ran.set,))
+    real_start(submitter)
+    assert starting.wait(5), "the pool never started a thread"
+    failures: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            pool.shutdown(wait=True)
+        except BaseException as exc:
+            failures.append(exc)
+
+    stopper = threading.Thread(target=stop)
+    real_start(stopper)
+    wait_for(
+        lambda: stopper in lock.waited or not stopper.is_alive(),
+        5,
+        message="shutdown neither waited for the pool's lock nor returned",
+    )
+    go_on.set()
+    submitter.join(5)
+    stopper.join(5)
+    assert not failures, f"shutdown raised: {failures!r}"
+    assert not stopper.is_alive() and pool.threads == 0
+    assert ran.is_set(), "the task submitted before the shutdown was dropped unasked"
+
+
 @pytest.mark.parametrize(("size", "linger"), [(0, 1.0), (1, 0.0), (1, float("nan"))])
 def test_bad_settings_are_refused(size: int, linger: float) -> None:
     with pytest.raises(ValueError, match="burst pool"):
