@@ -52,7 +52,7 @@ from registry.backends.base import OpFailure, TxnOpFailed
 from registry.backends.zookeeper_io import ZkIO
 from registry.backends.zookeeper_wire import request_size, send_multi
 from registry.errors import RegistryError, TransactionError
-from registry.paths import ancestors
+from registry.paths import ancestors, shared
 from registry.protocol import Check, Create, Delete, Op, Set
 
 __all__ = ["JUTE_MAX_BUFFER", "run_transaction"]
@@ -204,7 +204,7 @@ def _learn(known: set[str], ops: list[Op], steps: list[_Step]) -> None:
         known.clear()
     for op in ops:
         if isinstance(op, Create):
-            known.update(ancestors(op.path))
+            known.update(map(shared, ancestors(op.path)))  # kept for long: one str per path
         elif isinstance(op, Delete):
             known.discard(op.path)
     for step in steps:

@@ -102,3 +102,27 @@ def test_a_client_whose_tables_are_not_kazoos_is_left_alone(caplog: pytest.LogCa
     assert client._data_watchers == {}
     assert "_reset_watchers" not in vars(client)
     assert "watcher tables are not the ones this release expects" in caplog.text
+
+
+def test_a_paths_callbacks_behave_as_the_set_kazoo_expects() -> None:
+    from registry.backends.zookeeper_watchers import _Callbacks
+
+    def first(_: object) -> None: ...
+    def second(_: object) -> None: ...
+
+    callbacks = _Callbacks()
+    assert len(callbacks) == 0 and list(callbacks) == [] and not callbacks
+    callbacks.add(first)
+    callbacks.add(first)
+    assert list(callbacks) == [first] and len(callbacks) == 1
+    callbacks.add(second)
+    callbacks.add(second)
+    assert list(callbacks) == [first, second] and len(callbacks) == 2
+    for armed in callbacks:  # kazoo's reset iterates while a callback may discard itself
+        callbacks.discard(armed)
+        callbacks.discard(armed)
+    assert list(callbacks) == [] and len(callbacks) == 0
+    callbacks.add(second)
+    callbacks.discard(first)  # not armed: nothing happens
+    assert list(_Callbacks([first, second, first])) == [first, second]
+    assert list(callbacks) == [second]
