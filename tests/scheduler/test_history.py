@@ -4,6 +4,7 @@ how it ended; a database outage costs counted rows, never a run; retention bound
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -308,8 +309,30 @@ def test_an_sqlite_history_is_tuned_for_large_batches(tmp_path: Path) -> None:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
-            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10_000
             assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -16_384
+            assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 16_384
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 2_560  # 40 MiB
+    finally:
+        engine.dispose()
+
+
+def test_an_sqlite_history_made_with_small_pages_keeps_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    from scheduler.history.engine import make_engine
+    from scheduler.history.schema import ensure_schema
+
+    path = tmp_path / "runs.db"
+    with contextlib.closing(sqlite3.connect(path)) as old:  # as SQLite makes a file by default
+        old.execute("CREATE TABLE earlier (x INTEGER)")
+        old.commit()
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        ensure_schema(engine)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 4_096
+            assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 10_240  # 40 MiB
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
     finally:
         engine.dispose()
 
