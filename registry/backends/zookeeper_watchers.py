@@ -9,9 +9,8 @@ came to about 4.4 KiB per job.
 Invariant: each table maps ``shared(path)`` (one ``str`` per path, the one the tree
 watch's own maps hold) to a ``_Callbacks``: one callback in a slot, more in a list, with
 a set's ``add`` and ``discard``; an entry holds one or two callbacks, so a scan costs
-what a hash does. kazoo uses the
-tables through ``table[path].add(callback)``, ``pop(path, default)``, ``get`` and
-``values()``, all of which these give.
+what a hash does. kazoo uses the tables through ``table[path].add(callback)``,
+``pop(path, default)``, ``get`` and ``values()``, all of which these give.
 
 Hazard: the tables are kazoo's private attributes, and kazoo replaces them with new
 ``defaultdict(set)`` in ``_reset_watchers`` at every connection loss.
