@@ -154,9 +154,7 @@ class _LockSeeingWaits:
         self.release()
 
 
-def test_shutdown_while_a_new_thread_is_being_started_joins_it(
-    release: threading.Event, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_shutdown_while_a_new_thread_is_being_started_joins_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """A shutdown that lands between a new thread's creation and its start waits for the
     start, then joins it (joining a thread not yet started raises)."""
     pool = BurstPool(2, "burst-test")
