@@ -10,6 +10,7 @@ outcome, reason) — never a fire time or an error message.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import threading
 import time
@@ -43,34 +44,51 @@ def _prometheus() -> Any:
 
 
 class _Counters:
-    """A labelled counter family kept as a dict: recording is one dict update under the
-    observer's lock (no child object per label set, no ``labels()`` lookup on the fire
-    path); collected as one family at scrape time, without ``_created`` series (one per
-    label set: at 1,000 jobs they would double the scrape)."""
+    """A labelled counter family kept as a dict of ``itertools.count``: recording is a dict
+    get and a ``next()`` — each one C call, atomic under the GIL, so the fire path takes no
+    lock and builds no child object per label set. Collected at scrape time as one
+    ``SeriesFamily``, without ``_created`` series (one per label set: at 1,000 jobs they
+    would double the scrape)."""
 
     def __init__(self, name: str, doc: str, labels: Sequence[str], lock: threading.Lock) -> None:
         self.name, self.doc, self.labels = name, doc, list(labels)
         self._lock = lock
-        self._values: dict[tuple[str, ...], float] = {}
+        self._counts: dict[tuple[str, ...], itertools.count[int]] = {}
+        #: what ``inc`` added beyond one at a time (rare: the history's losses), under the lock
+        self._added: dict[tuple[str, ...], float] = {}
+        #: each label set's rendered text, kept across scrapes (``SeriesFamily``)
+        self._rendered: dict[tuple[str, ...], str] = {}
 
     def inc(self, *key: str, amount: float = 1.0) -> None:
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
+        if amount != 1.0:
+            with self._lock:
+                self._added[key] = self._added.get(key, 0.0) + amount
+            self.touch(*key)
+            return
+        counter = self._counts.get(key)
+        if counter is None:
+            counter = self._counts.setdefault(key, itertools.count())  # one winner if two race
+        next(counter)
 
     def touch(self, *key: str) -> None:
         """Expose ``key`` at 0 before anything happened (an alert can then use ``rate``)."""
-        with self._lock:
-            self._values.setdefault(key, 0.0)
+        self._counts.setdefault(key, itertools.count())
 
     def family(self) -> Any:
-        from prometheus_client.core import CounterMetricFamily
+        from scheduler.metrics_text import SeriesFamily
 
-        family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
         with self._lock:
-            values = sorted(self._values.items())
-        for key, value in values:
-            family.add_metric(list(key), value)
-        return family
+            added = dict(self._added)
+        # list() of a dict's items is one C call: whole even while a fire adds a label set
+        counts = sorted(list(self._counts.items()))
+        series = [(key, _count_of(counter) + added.get(key, 0.0)) for key, counter in counts]
+        return SeriesFamily(self.name, self.doc, "counter", self.labels, series, self._rendered)
+
+
+def _count_of(counter: itertools.count[int]) -> int:
+    """How many times ``next`` was called on ``counter`` (made as ``itertools.count()``):
+    its repr, ``count(N)``, is the one public way to read it without taking a value."""
+    return int(repr(counter)[6:-1])
 
 
 class _Histograms:
@@ -198,7 +216,8 @@ class MetricsObserver(RunObserver):
             instance, dropped, rejected = self._instance, self.history_dropped, self.history_rejected
             history.on_drop = lambda count: dropped.inc(instance, amount=float(count))
             history.on_reject = lambda count: rejected.inc(instance, amount=float(count))
-        self._starts: dict[tuple[int, int], float] = {}
+        #: id(ctx) -> its attempt's start, from item_started to item_ended (as the history's)
+        self._starts: dict[int, float] = {}
 
     def fire_due(self, job: str, fire_time: float, source: str) -> None:
         self.fires_due.inc(job, self._instance, source)
@@ -220,12 +239,12 @@ class MetricsObserver(RunObserver):
         self.resharding_duration.observe(seconds, self._instance)
 
     def item_started(self, run: JobRun, ctx: ShardingContext) -> None:
-        self._starts[(id(run), ctx.sharding_item)] = time.perf_counter()
+        self._starts[id(ctx)] = time.perf_counter()
         if ctx.attempt > 1:
             self.retries.inc(run.job_name, self._instance)
 
     def item_ended(self, run: JobRun, ctx: ShardingContext, error: BaseException | None) -> None:
-        start = self._starts.pop((id(run), ctx.sharding_item), None)
+        start = self._starts.pop(id(ctx), None)
         if start is not None:
             self.duration.observe(time.perf_counter() - start, self._instance)
         self.items.inc(run.job_name, self._instance, "success" if error is None else "failure")
@@ -252,6 +271,8 @@ class _StateCollector:
     def __init__(self, scheduler: Scheduler, pc: Any) -> None:
         self._sched = scheduler
         self._pc = pc
+        #: (job, instance) -> its rendered labels, shared by the per-job gauges (``SeriesFamily``)
+        self._rendered: dict[tuple[str, ...], str] = {}
 
     def describe(self) -> list[Any]:
         return []
@@ -259,36 +280,42 @@ class _StateCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
+        from scheduler.metrics_text import SeriesFamily
         from scheduler.observe import snapshot
 
         sched, instance = self._sched, self._sched.instance_id
         session = GaugeMetricFamily(
             "shardjob_session_connected", "1 while the registry session is connected", labels=["instance"]
         )
-        leader = GaugeMetricFamily("shardjob_leader", "1 where this instance leads the job", labels=["job", "instance"])
-        registered = GaugeMetricFamily(
-            "shardjob_job_registered", "1 where the job is registered on this instance", labels=["job", "instance"]
-        )
-        failover = GaugeMetricFamily(
-            "shardjob_failover_entries_queued", "Failover entries waiting for an owner", labels=["job", "instance"]
-        )
-        epoch = GaugeMetricFamily(
-            "shardjob_assignment_epoch",
-            "The job's assignment epoch as cached here; each resharding adds one",
-            labels=["job", "instance"],
-        )
         state = snapshot(sched)
         session.add_metric([instance], 1.0 if state.connected else 0.0)
-        for job in state.jobs:
-            leader.add_metric([job.name, instance], 1.0 if job.leader else 0.0)
-            registered.add_metric([job.name, instance], 1.0 if job.registered else 0.0)
-            failover.add_metric([job.name, instance], float(job.failover_queued))
-            epoch.add_metric([job.name, instance], float(job.epoch))
+        rendered = self._rendered
+        if len(rendered) > 2 * len(state.jobs) + 64:  # jobs removed since: forget their labels
+            rendered.clear()
+        keys = [(job.name, instance) for job in state.jobs]
+
+        def gauge(name: str, doc: str, values: list[float]) -> Any:
+            return SeriesFamily(name, doc, "gauge", ("job", "instance"), list(zip(keys, values, strict=True)), rendered)
+
         yield session
-        yield epoch
-        yield leader
-        yield registered
-        yield failover
+        yield gauge(
+            "shardjob_assignment_epoch",
+            "The job's assignment epoch as cached here; each resharding adds one",
+            [float(job.epoch) for job in state.jobs],
+        )
+        yield gauge(
+            "shardjob_leader", "1 where this instance leads the job", [1.0 if job.leader else 0.0 for job in state.jobs]
+        )
+        yield gauge(
+            "shardjob_job_registered",
+            "1 where the job is registered on this instance",
+            [1.0 if job.registered else 0.0 for job in state.jobs],
+        )
+        yield gauge(
+            "shardjob_failover_entries_queued",
+            "Failover entries waiting for an owner",
+            [float(job.failover_queued) for job in state.jobs],
+        )
         history = sched.history
         if history is not None:
             buffered = GaugeMetricFamily(

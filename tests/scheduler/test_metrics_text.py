@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from scheduler import JobConfig, Scheduler, ShardingContext, metrics_text
-from scheduler.metrics_text import exposition
+from scheduler.metrics_text import SeriesFamily, exposition
 from scheduler.observe import enable_metrics
 from tests.waiting import wait_for
 
@@ -83,3 +83,40 @@ def test_families_it_does_not_write_itself_go_to_generate_latest(kind: str) -> N
         Histogram("sizes", "sizes", registry=registry).observe(3)
         Gauge("temperature", "temperature", registry=registry).set(21.5)
     assert exposition(registry) == generate_latest(registry)
+
+
+def test_series_families_are_written_as_their_samples_and_keep_labels_across_scrapes() -> None:
+    """A ``SeriesFamily`` writes its lines itself, from label texts it keeps between
+    scrapes: each scrape still equals ``generate_latest`` of the same samples, with
+    escaping, large, negative and non-finite values, and a label set added later."""
+    rendered: dict[tuple[str, ...], str] = {}
+    series: list[tuple[tuple[str, ...], float]] = [
+        (("a", 'quote " and \\ back\nslash'), 3.0),
+        (("b", "x"), 1234567.0),
+        (("c", "y"), -2.5),
+        (("d", "z"), float("inf")),
+        (("e", "w"), float("nan")),
+    ]
+
+    class Collector:
+        def collect(self) -> Iterator[Any]:
+            yield SeriesFamily("things", "things counted", "counter", ["job", "instance"], list(series), rendered)
+            yield SeriesFamily("level", "a level", "gauge", ["job", "instance"], list(series), rendered)
+
+    registry = CollectorRegistry()
+    registry.register(Collector())
+    first = metrics_text._write(registry)
+    assert first == generate_latest(registry)
+    assert b'things_total{instance="quote \\" and \\\\ back\\nslash",job="a"} 3.0' in first
+    assert len(rendered) == 5  # one text per label set, shared by both families
+    series[0] = (("a", 'quote " and \\ back\nslash'), 4.0)
+    series.append((("f", "v"), 0.0))
+    second = metrics_text._write(registry)
+    assert second == generate_latest(registry) != first
+    assert registry.get_sample_value("things_total", {"job": "f", "instance": "v"}) == 0.0
+    assert len(rendered) == 6
+
+
+def test_a_series_family_is_a_counter_or_a_gauge() -> None:
+    with pytest.raises(ValueError, match="counter or a gauge, not 'histogram'"):
+        SeriesFamily("h", "h", "histogram", ["job"], [], {})
