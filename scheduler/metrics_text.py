@@ -18,6 +18,9 @@ Invariant: anything this writer does not reproduce exactly — a type other than
 gauge, histogram, summary or unknown, an OpenMetrics ``_created``/``_gsum``/``_gcount``
 sample, a timestamp, a name that needs escaping — hands the whole registry to
 ``generate_latest`` instead, so the output never differs from it.
+
+This module imports prometheus_client (an optional extra) at once: ``scheduler.metrics``
+and ``scheduler.http`` import it inside the functions that run only with metrics on.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ RenderedLabels = dict[tuple[str, ...], str]
 
 class SeriesFamily(Metric):
     """A counter or gauge family given as ``(label values, value)`` pairs, in the order
-    they are written. ``rendered`` caches each label set's text across scrapes (its owner
-    keeps it, bounded by the label sets it has). A counter's ``name`` is given without
-    ``_total``, as ``CounterMetricFamily`` keeps it."""
+    they are written. ``rendered`` caches each label set's text across scrapes: its owner
+    keeps it, bounded by the label sets it has, and shares it only between families of
+    the same label names (the text is keyed by the values alone). A counter's ``name`` is
+    given without ``_total``, as ``CounterMetricFamily`` keeps it."""
 
     def __init__(
         self,
