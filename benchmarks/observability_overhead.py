@@ -73,9 +73,9 @@ def _ratio(value: float | None, anchor: float | None) -> float | None:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
     parser.add_argument("--jobs", type=int, default=None, help="every-second jobs (default 1000, quick 200)")
-    parser.add_argument("--duration", type=float, default=None, help="window per variant, s (default 30, quick 4)")
+    parser.add_argument("--duration", type=float, default=None, help="window per variant, s (default 30, quick 3)")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 3, quick 1)")
-    parser.add_argument("--warmup", type=float, default=None, help="s after every job fired (default 5, quick 1)")
+    parser.add_argument("--warmup", type=float, default=None, help="s after every job fired (default 5, quick 0.5)")
     add_gc_threshold(parser, "every variant, the bare one too")
     args = parser.parse_args(argv)
     args.jobs = args.jobs or (200 if args.quick else 1000)
