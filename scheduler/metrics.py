@@ -92,7 +92,9 @@ def _count_of(counter: itertools.count[int]) -> int:
 
 
 class _Histograms:
-    """A labelled histogram family kept as per-key bucket counts (see ``_Counters``)."""
+    """A labelled histogram family kept as per-key bucket counts and a sum, updated under
+    the observer's lock (a float sum has no atomic add); collected as ``_Counters`` are,
+    without ``_created``."""
 
     def __init__(self, name: str, doc: str, labels: Sequence[str], buckets: Sequence[float], lock: threading.Lock) -> None:
         self.name, self.doc, self.labels = name, doc, list(labels)
