@@ -121,9 +121,15 @@ class HttpEndpoint:
     """A running endpoint server; ``close()`` stops it. ``port`` is the bound port (useful
     with port 0)."""
 
+    #: seconds between the serving loop's checks for ``close()``: the longest a close waits
+    #: (socketserver's default, 0.5 s, added half a second to every shutdown)
+    POLL_S = 0.05
+
     def __init__(self, server: _Server) -> None:
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="shardjob-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": self.POLL_S}, name="shardjob-http", daemon=True
+        )
         self._thread.start()
 
     @classmethod

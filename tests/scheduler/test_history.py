@@ -97,20 +97,25 @@ def test_fires_a_busy_run_passed_are_recorded_as_misfire_or_owed(
     sched = Scheduler(harness.url(harness.fresh_namespace()), history=url, max_workers=2)
     schedulers.append(sched)
 
+    released = threading.Event()  # set once the rows are read: the shutdown waits for no run
+
     def slow(ctx: ShardingContext) -> None:
-        threading.Event().wait(1.6)  # the item's own work outlasts the next fire
+        released.wait(1.6)  # the item's own work outlasts the next fire
 
     sched.add_job(JobConfig(name="slow", cron=EVERY_SECOND, failover=failover), slow)
     sched.start()
     expected = "OWED" if failover else "MISFIRE"
-    wait_for(
-        lambda: sched.history.flush() and rows(url, "slow", source=expected),  # type: ignore[union-attr]
-        20,
-        message=f"a {expected} run recorded",
-    )
-    with HistoryReader(url) as reader:
-        states = {t.state for t in reader.status_trace("slow", limit=None)}
-    assert expected in states  # the deferral itself is traced
+    try:
+        wait_for(
+            lambda: sched.history.flush() and rows(url, "slow", source=expected),  # type: ignore[union-attr]
+            20,
+            message=f"a {expected} run recorded",
+        )
+        with HistoryReader(url) as reader:
+            states = {t.state for t in reader.status_trace("slow", limit=None)}
+        assert expected in states  # the deferral itself is traced
+    finally:
+        released.set()
 
 
 def test_failover_runs_are_recorded(harness: Harness, history_url: str, schedulers: list[Scheduler]) -> None:
