@@ -255,6 +255,7 @@ class JobRunner:
             commit=self._rt.commit,
             on_leading=None if self._rt.layout is None else self._rt.layout.upgrade,
             paths=self.paths,
+            cancelled=self._rt.stopping.is_set,
         )
         self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
         self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)

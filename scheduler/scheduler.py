@@ -420,7 +420,9 @@ class Scheduler:
         runtime.batcher.flush()  # what is queued (the last marks' removals) is committed first
         # No rejoin once leaving: the queued ones are dropped and the running ones end
         # first (a campaign holds its election's lock, which the job's withdrawal takes),
-        # so none writes after its job left nor outlives the session
+        # so none writes after its job left nor outlives the session. A registration
+        # waiting out a stale node of its id sees ``stopping`` once woken, and gives up
+        runtime.cache.wake()
         runtime.rejoin.shutdown(wait=True, drop_queued=True)
         # jobs leave side by side, as they start, their hand-overs sharing transactions
         _each(runners, JobRunner.leave)

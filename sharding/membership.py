@@ -9,9 +9,13 @@ Invariants:
 
 - An instance never shuts itself down because its node vanished (ElasticJob does): it
   registers again on the live session, with the same value.
+- Leaving removes only the node this instance wrote (its version): never another
+  session's node of the same id.
 - A node of the same id held by another session (a previous process with the same id
   whose session has not expired yet) is waited out, bounded by twice the session
-  timeout, never overwritten: the server removes it when that session ends.
+  timeout, never overwritten: the server removes it when that session ends. The wait
+  ends early when ``cancelled`` says the instance is stopping: a shutdown joins the
+  registration under way, and must not sit out that bound.
 - Read-your-writes: ``register`` returns once the job's cache (this instance's only read
   path) shows the node, so a leader computing right after does not leave itself out.
 - An operator's disable lasts: ``servers/{ip}`` is written only when absent (with the
@@ -25,8 +29,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-from registry.errors import NodeExistsError, NoNodeError, RegistryError, TransactionError
+from registry.errors import BadVersionError, NodeExistsError, NoNodeError, RegistryError, TransactionError
 from registry.protocol import Create, Delete, Node, Op, RegistryCenter, Set
 from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
@@ -53,9 +58,12 @@ class Membership:
         cache: TreeCache,
         *,
         commit: Commit | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> None:
         self._reg = reg
         self._commit = reg.transaction if commit is None else commit
+        #: true once the instance is stopping: a registration waiting out a stale node ends
+        self._cancelled = cancelled
         self._paths = paths
         self.identity = identity
         self._cache = cache
@@ -135,9 +143,12 @@ class Membership:
 
     def register(self) -> None:
         """Create this instance's ephemeral node, or adopt it if it is the one written in
-        this session; wait out a stale one of another session with the same id."""
+        this session; wait out a stale one of another session with the same id.
+        ``ShardingError`` when it is still held at the bound, or once ``cancelled``."""
         path = self.path
-        deadline = time.monotonic() + 2 * self._reg.session_timeout + 5
+        bound = 2 * self._reg.session_timeout + 5
+        deadline = time.monotonic() + bound
+        announced = False
         with self._lock:
             while True:
                 fresh = self._value is None  # a new value (it holds a timestamp) is ours alone
@@ -149,9 +160,23 @@ class Membership:
                     if node.value == self._value:
                         self.version = node.version
                         return
+                    if self._cancelled():
+                        raise ShardingError(f"instance node {path} not registered: the instance is stopping")
                     if time.monotonic() > deadline:
                         raise ShardingError(f"instance node {path} is held by another session") from None
-                    self._cache.wait_until(lambda: not self._cache.exists(path), 0.5, under=path)
+                    if not announced:
+                        announced = True
+                        log.warning(
+                            "job %s: instance node %s is held by another session (a process with the "
+                            "same instance id); waiting up to %g s for it to go",
+                            self._paths.job,
+                            path,
+                            bound,
+                        )
+                    # woken by the node's change, or by the cache's wake() once stopping
+                    self._cache.wait_until(
+                        lambda: self._cancelled() or not self._cache.exists(path), 0.5, under=path
+                    )
                     continue
                 self._value = value
                 self.version = self._written_version(path, value, fresh)
@@ -200,15 +225,23 @@ class Membership:
             self.register()
             log.info("job %s: instance %s registered again", self._paths.job, self.identity.instance_id)
         except (RegistryError, ShardingError):
+            if self._cancelled():
+                return  # stopping: no registration is wanted any more
             log.warning(
                 "job %s: re-registration failed; retrying on the next change", self._paths.job, exc_info=True
             )
 
     def leave(self) -> None:
+        """Remove this instance's node if it is the one this instance wrote (a versioned
+        delete). A node of its id that another session holds (a registration that waited
+        it out and failed, or that a shutdown cancelled) is that session's: left alone."""
+        version = self.version
+        if version is None:
+            return  # never registered, or the node went with a lost session
         try:
-            self._commit([Delete(self.path)])
+            self._commit([Delete(self.path, version)])
         except TransactionError as exc:
-            if not isinstance(exc.cause, NoNodeError):
+            if not isinstance(exc.cause, (NoNodeError, BadVersionError)):
                 raise
 
 

@@ -117,8 +117,11 @@ class ShardingService:
         commit: Commit | None = None,
         on_leading: Callable[[Sequence[Check]], object] | None = None,
         paths: JobPaths | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> None:
         self._reg = reg
+        #: the owner is shutting down (before ``stop()``): a registration under way ends
+        self._cancelled = cancelled
         # called with this leader's fence on each evaluation it leads: the namespace's
         # layout upgrade (``sharding.layout_version.LayoutUpgrader``) rides on it
         self._on_leading = on_leading
@@ -144,7 +147,9 @@ class ShardingService:
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
         self._missed_fires = missed_fires
-        self.membership = Membership(reg, self.paths, identity, self._cache, commit=self._commit)
+        self.membership = Membership(
+            reg, self.paths, identity, self._cache, commit=self._commit, cancelled=self._leaving
+        )
         #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
         self._ran_at_fence: dict[int, tuple[float, str]] = {}
         self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
@@ -189,6 +194,10 @@ class ShardingService:
     def stopping(self) -> bool:
         """The service is leaving (``stop()``): it reacts to nothing more."""
         return self._phase is _Phase.STOPPING
+
+    def _leaving(self) -> bool:
+        """Stopped, or its owner is shutting down: no registration is wanted any more."""
+        return self._phase is _Phase.STOPPING or (self._cancelled is not None and self._cancelled())
 
     # -- lifecycle ----------------------------------------------------------------------
     @property

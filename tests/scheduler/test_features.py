@@ -295,6 +295,67 @@ def test_failed_jobs_names_a_job_that_could_not_start_and_the_others_run(
     assert runs.fires(instance=A) == []
 
 
+def test_a_shutdown_during_the_start_leaves_another_sessions_node_of_its_id(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """``start()`` waits out a node of its id held by another session; a ``shutdown()``
+    meanwhile ends the start, and leaving removes only a node this instance wrote: the
+    other session's is left as it was."""
+    namespace = harness.fresh_namespace()
+    squatter = harness.connect(namespace)
+    squatter.create(PATHS.instance(A), b'{"id": "someone else"}', ephemeral=True)
+    timeout = harness.min_session_timeout
+    sched = Scheduler(harness.url(namespace, session_timeout=timeout), instance_id=A, max_workers=4)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="job", cron=EVERY_SECOND), lambda ctx: None)
+    starter = threading.Thread(target=sched.start, daemon=True)
+    starter.start()
+    wait_for(lambda: sched.running, 10, message="start() under way")
+    stopper = threading.Thread(target=sched.shutdown, daemon=True)
+    stopper.start()
+    bound = 2 * timeout + 5  # the registration's own wait for a stale node
+    wait_for(
+        lambda: not starter.is_alive() and not stopper.is_alive(),
+        bound / 2,
+        message=f"start() and shutdown() ended by the shutdown, not after the {bound:g} s wait",
+    )
+    assert "job" in sched.failed_jobs  # it never registered
+    assert squatter.get(PATHS.instance(A)) == b'{"id": "someone else"}'
+
+
+def test_shutdown_ends_a_re_registration_waiting_out_another_sessions_node(
+    harness: Harness, schedulers: list[Scheduler], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session ends while the link is cut, and another session takes this instance's
+    id: once back, the re-registration waits out that node (up to twice the session
+    timeout + 5 s). A ``shutdown()`` then ends the wait rather than sitting it out, and
+    leaves the other session's node as it was."""
+    namespace = harness.fresh_namespace()
+    timeout = harness.min_session_timeout
+    link = harness.link()
+    sched = Scheduler(link.url(namespace, session_timeout=timeout), instance_id=A, max_workers=4)
+    schedulers.append(sched)
+    sched.add_job(JobConfig(name="job", cron=EVERY_SECOND), lambda ctx: None)
+    sched.start()
+    observer = harness.connect(namespace)
+    assert observer.exists(PATHS.instance(A))
+    link.cut()
+    wait_for(lambda: not observer.exists(PATHS.instance(A)), timeout + 10, message="the cut session's node gone")
+    observer.create(PATHS.instance(A), b'{"id": "someone else"}', ephemeral=True)
+    caplog.set_level(logging.WARNING, logger="sharding")
+
+    def waiting() -> bool:
+        return any("held by another session" in r.getMessage() for r in caplog.records)
+
+    link.restore()
+    wait_for(waiting, 20, message="the re-registration waits out the other session's node")
+    stopper = threading.Thread(target=sched.shutdown, daemon=True)
+    stopper.start()
+    bound = 2 * timeout + 5
+    wait_for(lambda: not stopper.is_alive(), bound / 2, message=f"shutdown() sat out the {bound:g} s wait")
+    assert observer.get(PATHS.instance(A)) == b'{"id": "someone else"}'
+
+
 def test_job_decorator_registers_the_function_with_its_config(
     harness: Harness, schedulers: list[Scheduler]
 ) -> None:
