@@ -153,12 +153,17 @@ class Membership:
             while True:
                 fresh = self._value is None  # a new value (it holds a timestamp) is ours alone
                 value = self._value or self.identity.node_value()
+                # kept before the create: one the server applied but whose answer was lost
+                # (a dropped connection) left a node of this value in this session, to be
+                # adopted on the next try, not waited out as another session's
+                self._value = value
                 if not self._created(path, value):
                     node = self._reg.get_node(path)
                     if node is None:
                         continue
                     if node.value == self._value:
                         self.version = node.version
+                        self._adopted(path, node.version)
                         return
                     if self._cancelled():
                         raise ShardingError(f"instance node {path} not registered: the instance is stopping")
@@ -178,9 +183,12 @@ class Membership:
                         lambda: self._cancelled() or not self._cache.exists(path), 0.5, under=path
                     )
                     continue
-                self._value = value
                 self.version = self._written_version(path, value, fresh)
                 return
+
+    def _adopted(self, path: str, version: int) -> None:
+        """Read-your-writes for a node of this session found in place, as for one created."""
+        self._cache.wait_until(lambda: self._cache.version(path) == version, self._reg.session_timeout, under=path)
 
     def _created(self, path: str, value: bytes) -> bool:
         """Create the ephemeral node (in a group commit when the scheduler has one);

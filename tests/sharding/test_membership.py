@@ -1,0 +1,55 @@
+"""Registration of an instance (``sharding/membership.py``) on every backend, where a
+fault lands between the server and this client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from registry.backends.base import BaseRegistry
+from registry.errors import RegistryConnectionError
+from registry.protocol import Create, Op
+from registry.recipes.cache import TreeCache
+from sharding.instance import InstanceIdentity
+from sharding.layout import JobPaths, is_leaf, is_running_marks
+from sharding.membership import Membership
+from tests.harness import Harness
+
+
+@pytest.fixture
+def reg(harness: Harness) -> BaseRegistry:
+    return harness.connect(harness.fresh_namespace())
+
+
+@pytest.fixture
+def cache(reg: BaseRegistry) -> Iterator[TreeCache]:
+    made = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf).start()
+    yield made
+    made.close()
+
+
+def test_a_create_applied_whose_answer_was_lost_is_adopted_on_the_next_try(
+    reg: BaseRegistry, cache: TreeCache
+) -> None:
+    """The server applies the instance's create, and the answer is lost (the connection
+    drops): the node is this instance's, in its live session. The next try adopts it; it
+    must not wait it out as another session's node, which never goes while the session
+    lives (and fails after twice the session timeout + 5 s)."""
+    identity = InstanceIdentity.create("10.0.0.1@-@1")
+    answers_lost: list[Sequence[Op]] = []
+
+    def commit(ops: Sequence[Op]) -> None:
+        reg.transaction(ops)
+        if not answers_lost and any(isinstance(op, Create) for op in ops):
+            answers_lost.append(ops)
+            raise RegistryConnectionError("connection dropped before the answer (the create was applied)")
+
+    membership = Membership(reg, JobPaths("job"), identity, cache, commit=commit)
+    with pytest.raises(RegistryConnectionError):
+        membership.register()
+    written = reg.get(membership.path)
+    assert written is not None  # the server applied it
+    membership.register()
+    assert membership.registered
+    assert reg.get(membership.path) == written  # adopted as it was, not replaced
