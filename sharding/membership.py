@@ -11,6 +11,7 @@ Invariants:
   registers again on the live session, with the same value.
 - Leaving removes only the node this instance wrote (its version): never another
   session's node of the same id.
+- A node holding a value this instance wrote is its own, and adopted (``lost``).
 - A node of the same id held by another session (a previous process with the same id
   whose session has not expired yet) is waited out, bounded by twice the session
   timeout, never overwritten: the server removes it when that session ends. The wait
@@ -29,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from registry.errors import BadVersionError, NodeExistsError, NoNodeError, RegistryError, TransactionError
@@ -73,6 +75,9 @@ class Membership:
         #: the version and value of the node as this instance last wrote it
         self.version: int | None = None
         self._value: bytes | None = None
+        #: the values this instance wrote lately, each its own (it holds a timestamp): a
+        #: node holding one is this instance's, adopted and never waited out (``register``)
+        self._written: deque[bytes] = deque(maxlen=8)
 
     @property
     def registered(self) -> bool:
@@ -87,10 +92,19 @@ class Membership:
         that took its stale node for a registration each had its fenced mark refused,
         one round trip apiece, ahead of the re-registrations in the group commit.
 
-        The next registration writes a fresh value (the node of a lost session can never
-        be adopted as ours), which identifies the node: the cache shows when it is there,
-        with no read of it (``_written_version``). No lock: the session's listener must
-        not wait behind a registration stuck on the dead session's round trips."""
+        The next registration writes a fresh value, which identifies the node: the cache
+        shows when it is there, with no read of it (``_written_version``). No lock: the
+        session's listener must not wait behind a registration stuck on the dead
+        session's round trips.
+
+        Hazard: session states and watch events reach this client on threads of their
+        own, so the loss may be heard after the cache reported the node gone and the
+        instance registered again in the new session. The node it then finds holds a
+        value it wrote: ``register`` adopts it. Waiting it out as another session's would
+        wait for a node that lives as long as this session, fenced out of every run. (A
+        node of the lost session itself, still there while the server has not yet ended
+        that session, is adopted too: it vanishes with that session, and the instance
+        registers again, as for any vanished node.)"""
         self.version = None
         self._value = None
 
@@ -142,8 +156,8 @@ class Membership:
         return record is None or record.enabled
 
     def register(self) -> None:
-        """Create this instance's ephemeral node, or adopt it if it is the one written in
-        this session; wait out a stale one of another session with the same id.
+        """Create this instance's ephemeral node, or adopt it if it holds a value this
+        instance wrote; wait out a stale one of another session with the same id.
         ``ShardingError`` when it is still held at the bound, or once ``cancelled``."""
         path = self.path
         bound = 2 * self._reg.session_timeout + 5
@@ -154,14 +168,17 @@ class Membership:
                 fresh = self._value is None  # a new value (it holds a timestamp) is ours alone
                 value = self._value or self.identity.node_value()
                 # kept before the create: one the server applied but whose answer was lost
-                # (a dropped connection) left a node of this value in this session, to be
-                # adopted on the next try, not waited out as another session's
+                # (a dropped connection) left a node of this value, to be adopted on the
+                # next try, not waited out as another session's
                 self._value = value
+                if not self._written or self._written[-1] != value:
+                    self._written.append(value)
                 if not self._created(path, value):
                     node = self._reg.get_node(path)
                     if node is None:
                         continue
-                    if node.value == self._value:
+                    if node.value in self._written:  # this instance's (``lost``)
+                        self._value = node.value
                         self.version = node.version
                         self._adopted(path, node.version)
                         return

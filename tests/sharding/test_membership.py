@@ -19,7 +19,8 @@ from tests.harness import Harness
 
 @pytest.fixture
 def reg(harness: Harness) -> BaseRegistry:
-    return harness.connect(harness.fresh_namespace())
+    # the shortest session: a wait for a node that never goes ends (and fails) soonest
+    return harness.connect(harness.fresh_namespace(), session_timeout=harness.min_session_timeout)
 
 
 @pytest.fixture
@@ -53,3 +54,23 @@ def test_a_create_applied_whose_answer_was_lost_is_adopted_on_the_next_try(
     membership.register()
     assert membership.registered
     assert reg.get(membership.path) == written  # adopted as it was, not replaced
+
+
+def test_a_session_loss_reported_after_the_re_registration_keeps_the_node_ours(
+    reg: BaseRegistry, cache: TreeCache
+) -> None:
+    """Watch events and session states reach a client on threads of their own, so after a
+    session expired the cache can report the instance's node gone (and the instance
+    register again, in the new session) before the service hears of the loss. The loss,
+    heard late, must not turn the node just written into "another session's" for the next
+    registration: it would wait for a node that lives as long as its own session, then
+    give up, fenced out of every run until the session changed again."""
+    membership = Membership(reg, JobPaths("job"), InstanceIdentity.create("10.0.0.1@-@1"), cache)
+    membership.register()
+    reg.delete(membership.path)  # the old session's node, gone with it
+    membership.register()  # the re-registration the cache's event started: the node is back
+    written = reg.get(membership.path)
+    membership.lost()  # the session's loss, heard only now
+    membership.register()  # the one the new session's CONNECTED starts
+    assert membership.registered
+    assert reg.get(membership.path) == written
