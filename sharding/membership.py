@@ -204,7 +204,7 @@ class Membership:
                 return
 
     def _adopted(self, path: str, version: int) -> None:
-        """Read-your-writes for a node of this session found in place, as for one created."""
+        """Read-your-writes for a node this instance wrote, found in place, as for one created."""
         self._cache.wait_until(lambda: self._cache.version(path) == version, self._reg.session_timeout, under=path)
 
     def _created(self, path: str, value: bytes) -> bool:

@@ -1,5 +1,5 @@
-"""Registration of an instance (``sharding/membership.py``) on every backend, where a
-fault lands between the server and this client."""
+"""Registration of an instance (``sharding/membership.py``) on every backend, when an
+answer is lost between the server and this client, or a notice reaches it late."""
 
 from __future__ import annotations
 
