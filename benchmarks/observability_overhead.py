@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             if server is not None:
                 server.stop()
+                server.remove()  # its data dir is outside workdir (the postgres user's own)
     results: list[dict[str, Any]] = []
     bare = pool_rounds(rounds["bare"])
     for label, metrics, scrape, kind in VARIANTS:
