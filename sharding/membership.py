@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 from registry.errors import BadVersionError, NodeExistsError, NoNodeError, RegistryError, TransactionError
@@ -47,6 +46,9 @@ from sharding.layout import JobPaths
 __all__ = ["Membership"]
 
 log = logging.getLogger("sharding")
+
+#: how many of the values this instance wrote lately it recognises as its own
+_WRITTEN_KEPT = 8
 
 
 class Membership:
@@ -76,8 +78,9 @@ class Membership:
         self.version: int | None = None
         self._value: bytes | None = None
         #: the values this instance wrote lately, each its own (it holds a timestamp): a
-        #: node holding one is this instance's, adopted and never waited out (``register``)
-        self._written: deque[bytes] = deque(maxlen=8)
+        #: node holding one is this instance's, adopted and never waited out (``register``);
+        #: a tuple, not a deque: a deque's first block alone is ~600 bytes, per job
+        self._written: tuple[bytes, ...] = ()
 
     @property
     def registered(self) -> bool:
@@ -172,7 +175,7 @@ class Membership:
                 # next try, not waited out as another session's
                 self._value = value
                 if not self._written or self._written[-1] != value:
-                    self._written.append(value)
+                    self._written = (*self._written[-(_WRITTEN_KEPT - 1) :], value)
                 if not self._created(path, value):
                     node = self._reg.get_node(path)
                     if node is None:
