@@ -174,7 +174,7 @@ class Membership:
                 # (a dropped connection) left a node of this value, to be adopted on the
                 # next try, not waited out as another session's
                 self._value = value
-                if not self._written or self._written[-1] != value:
+                if value not in self._written:
                     self._written = (*self._written[-(_WRITTEN_KEPT - 1) :], value)
                 if not self._created(path, value):
                     node = self._reg.get_node(path)
