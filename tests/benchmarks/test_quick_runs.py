@@ -42,14 +42,14 @@ pytestmark = pytest.mark.slow
 #: cores, lanes side by side): the run's CPU is about one core of the two, so a lane more
 #: shortens the longest one instead of slowing every lane
 LANES = (
-    # ~50 s, on the session's servers
+    # ~55 s, on the session's servers
     ("registry_latency", "registry_cost", "cluster_ops", "console_scale", "start_cost"),
-    # ~50 s
+    # ~45 s
     ("election_failover", "resharding_scale"),
-    # ~50 s each: a dropped connection, a restart, each watched after the fact
+    # ~45 s and ~40 s: a dropped connection, a restart, each watched after the fact
     ("reconnect_recovery",),
     ("restart_recovery",),
-    # ~60 s and ~50 s: the ones that load the CPU (many schedulers, the history databases)
+    # ~50 s and ~40 s: the ones that load the CPU (many schedulers, the history databases)
     ("fleet_requests", "scheduler_lateness"),
     ("observability_overhead",),
 )
