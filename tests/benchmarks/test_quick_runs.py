@@ -88,8 +88,8 @@ def quick_run(
 
 
 def _ended(child: subprocess.Popen[bytes]) -> int:
-    """The lane's exit status; a lane still running after the slowest lane's time x 3 is
-    killed (never left running past the module)."""
+    """The lane's exit status; a lane still running after 240 s more (about four times the
+    longest lane) is killed, never left running past the module."""
     try:
         return child.wait(timeout=240)
     except subprocess.TimeoutExpired:
