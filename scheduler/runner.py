@@ -290,7 +290,9 @@ class JobRunner:
         if due is None:
             return
         first_passed = due <= time.time()
-        self._rt.timer.schedule(self._fire_key, due, self._on_start_up_fire if first_passed else self._fire_callback)
+        self._rt.timer.schedule(
+            self._fire_key, due, self._on_start_up_fire if first_passed else self._fire_callback, fire=True
+        )
         if self._halted:
             self._rt.timer.cancel(self._fire_key)
 
@@ -423,7 +425,7 @@ class JobRunner:
             return
         due = schedule.next_fire(after)
         if due is not None:
-            self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
+            self._rt.timer.schedule(self._fire_key, due, self._fire_callback, fire=True)
 
     def _on_timer(self, scheduled: float) -> None:
         """A fire is due. When the timer comes so late (a paused or overloaded process)
@@ -450,7 +452,7 @@ class JobRunner:
                     )
                 due = schedule.next_fire(now)
             if due is not None:
-                self._rt.timer.schedule(self._fire_key, due, self._fire_callback)
+                self._rt.timer.schedule(self._fire_key, due, self._fire_callback, fire=True)
         self._fire_or_jitter(scheduled)
 
     def _on_start_up_fire(self, scheduled: float) -> None:
@@ -474,7 +476,7 @@ class JobRunner:
             if self._jittered is None:
                 self._jittered = set()
             self._jittered.add(key)
-        self._rt.timer.schedule(key, scheduled + delay, functools.partial(self._fire_jittered, key, delay))
+        self._rt.timer.schedule(key, scheduled + delay, functools.partial(self._fire_jittered, key, delay), fire=True)
 
     def _fire_jittered(self, key: tuple[str, str, float], delay: float, _due: float) -> None:
         with self._lock:
@@ -941,7 +943,7 @@ class JobRunner:
             # coordinator pool instead, a backlog of owed fires runs on all its threads at
             # once, and threads taking turns on the GIL for work that never waits only
             # add to what each fire costs.
-            self._rt.timer.schedule((self.name, "owed", missed), missed, self._fire_owed)
+            self._rt.timer.schedule((self.name, "owed", missed), missed, self._fire_owed, fire=True)
         elif self._config.failover and self._rt.cache.exists(self.paths.failover_items):
             self._rt.coordinator.submit(self.run_failover)
 

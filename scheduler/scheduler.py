@@ -289,9 +289,10 @@ class Scheduler:
             # commit and never waits for them, so more drains would only take turns on the
             # GIL with the committers; a fire that does wait (a leader resharding) gets
             # another drain started after the timer's stall
-            timer = Timer(coordinator, max_drains=self._coordinator_threads)
             # a memory registry never waits: one committer, not threads taking turns on the GIL
             batcher = TransactionBatcher(reg, committers=4 if network else 1).start()
+            # ... and fires wait in the timer while the group commit is behind
+            timer = Timer(coordinator, max_drains=self._coordinator_threads, backlog=batcher.backlog)
             commit = batcher.commit if network else reg.transaction
             self._runtime = Runtime(
                 reg=reg,

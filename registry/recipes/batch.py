@@ -145,6 +145,11 @@ class TransactionBatcher:
         with self._wake:
             return self._wake.wait_for(lambda: not self._pending and not self._in_flight, timeout)
 
+    def backlog(self) -> int:
+        """Requests submitted and not yet told: queued, or in a transaction in flight. Read
+        without the lock (a fire's timer looks before each fire): a moment's count."""
+        return len(self._pending) + self._in_flight
+
     # -- submitting -----------------------------------------------------------------------
     def submit(
         self,

@@ -296,3 +296,31 @@ def test_flush_returns_once_every_queued_request_is_told(reg: BaseRegistry) -> N
     batcher.submit([Create("/f0", b"again")], functools.partial(outcomes.record, "again"))
     assert batcher.flush(timeout=30), "a refused request left the batcher busy"
     batcher.close()
+
+
+def test_backlog_counts_requests_queued_and_in_flight_until_told(reg: BaseRegistry) -> None:
+    """What the timer holds fires back on: every request submitted and not yet told."""
+    sending = threading.Event()
+    release = threading.Event()
+
+    class _Held(CountingRegistry):
+        def transaction(self, ops: Sequence[Op]) -> None:
+            sending.set()
+            release.wait(30)
+            super().transaction(ops)
+
+    batcher = TransactionBatcher(_Held(reg), max_ops=2, max_delay=0, committers=1)
+    outcomes = Outcomes[object]()
+    for n in range(5):
+        batcher.submit([Create(f"/backlog{n}", b"b")], functools.partial(outcomes.record, n))
+    assert batcher.backlog() == 5
+    batcher.start()
+    try:
+        assert sending.wait(30), "the committer never sent a transaction"
+        assert batcher.backlog() == 5, "requests in a transaction not yet applied left the backlog"
+    finally:
+        release.set()
+    assert batcher.flush(timeout=30)
+    assert batcher.backlog() == 0
+    assert outcomes.by_key == dict.fromkeys(range(5))
+    batcher.close()
