@@ -285,13 +285,13 @@ class Scheduler:
             # no more of them at once than the coordinator ran before
             resharding = BurstPool(_RESHARDERS if network else self._coordinator_threads, "shardjob-reshard")
             workers = WorkerPool(self._max_workers, "shardjob-worker")
+            # a memory registry never waits: one committer, not threads taking turns on the GIL
+            batcher = TransactionBatcher(reg, committers=4 if network else 1).start()
             # one drain at a time on every registry: a fire hands its writes to the group
             # commit and never waits for them, so more drains would only take turns on the
             # GIL with the committers; a fire that does wait (a leader resharding) gets
-            # another drain started after the timer's stall
-            # a memory registry never waits: one committer, not threads taking turns on the GIL
-            batcher = TransactionBatcher(reg, committers=4 if network else 1).start()
-            # ... and fires wait in the timer while the group commit is behind
+            # another drain started after the timer's stall. Fires wait in the timer while
+            # the group commit is behind (its backlog)
             timer = Timer(coordinator, max_drains=self._coordinator_threads, backlog=batcher.backlog)
             commit = batcher.commit if network else reg.transaction
             self._runtime = Runtime(
