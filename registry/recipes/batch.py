@@ -147,7 +147,8 @@ class TransactionBatcher:
 
     def backlog(self) -> int:
         """Requests submitted and not yet told: queued, or in a transaction in flight. Read
-        without the lock (a fire's timer looks before each fire): a moment's count."""
+        without the lock (a fire's timer looks before each fire): a moment's count, which
+        may count a request being taken twice but never misses one (``_take``)."""
         return len(self._pending) + self._in_flight
 
     # -- submitting -----------------------------------------------------------------------
@@ -246,7 +247,6 @@ class TransactionBatcher:
                     self._wake.wait(remaining)
                 batch = self._take()
                 taken = len(batch)  # _commit consumes the list: count it now
-                self._in_flight += taken
             if batch:  # another committer may have taken everything meanwhile
                 try:
                     self._commit(batch)
@@ -269,16 +269,26 @@ class TransactionBatcher:
         return False
 
     def _take(self) -> list[_Request]:
-        """The oldest requests that fit together (lock held); the first always goes."""
+        """The oldest requests that fit together (lock held); the first always goes. They
+        count as in flight from here until told.
+
+        Hazard: ``backlog()`` reads the queue and the count in flight without the lock. A
+        request counted in flight only after it left the queue would be missed by a read
+        in between, and the timer would start fires at the bound; so each request is
+        counted BEFORE it is taken, and a request put back is uncounted only once it is
+        in the queue again: a read in between counts it twice, which holds fires a moment
+        longer."""
         batch: list[_Request] = []
         kept: collections.deque[_Request] = collections.deque()
         cost = size = 0
         written: set[str] = set()
         while self._pending:
+            self._in_flight += 1
             request = self._pending.popleft()
             fits = cost + request.cost <= self.max_ops and size + request.size <= self.max_bytes
             if batch and not fits:
                 self._pending.appendleft(request)
+                self._in_flight -= 1
                 break
             if batch and not written.isdisjoint(request.written):
                 kept.append(request)  # writes a path this batch writes: the next batch
@@ -288,6 +298,7 @@ class TransactionBatcher:
             size += request.size
             written |= request.written
         self._pending.extendleft(reversed(kept))
+        self._in_flight -= len(kept)
         return batch
 
     def _commit(self, batch: list[_Request]) -> None:

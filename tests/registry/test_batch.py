@@ -9,7 +9,7 @@ import functools
 import sys
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import pytest
 
@@ -18,7 +18,7 @@ from registry.backends.base import MAX_TXN_BYTES, MAX_TXN_OPS, BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
 from registry.protocol import Check, Create, Delete, Op
-from registry.recipes.batch import BatcherClosed, TransactionBatcher
+from registry.recipes.batch import BatcherClosed, TransactionBatcher, _Request
 from tests.outcomes import Outcomes
 
 
@@ -324,3 +324,46 @@ def test_backlog_counts_requests_queued_and_in_flight_until_told(reg: BaseRegist
     assert batcher.backlog() == 0
     assert outcomes.by_key == dict.fromkeys(range(5))
     batcher.close()
+
+
+def test_backlog_never_misses_a_request_while_a_committer_takes_it(reg: BaseRegistry) -> None:
+    """``backlog()`` is read without the lock, so it must hold at every step of a take:
+    looked at just after each request leaves the queue, and after one goes back (it did
+    not fit, or it writes a path the batch writes), it counts every request not yet told.
+    Counted in flight only once the take was over, it missed the requests being taken."""
+    outcomes = Outcomes[object]()
+    seen: list[tuple[int, int]] = []  # (backlog, requests not yet told)
+
+    class _Watched(collections.deque[_Request]):
+        def _look(self) -> None:
+            # the committer takes and tells on one thread: the count told stays put here
+            seen.append((batcher.backlog(), requests - len(outcomes.by_key)))
+
+        def popleft(self) -> _Request:
+            request = super().popleft()
+            self._look()
+            return request
+
+        def appendleft(self, request: _Request) -> None:
+            super().appendleft(request)
+            self._look()
+
+        def extendleft(self, kept: Iterable[_Request]) -> None:
+            super().extendleft(kept)
+            self._look()
+
+    batcher = TransactionBatcher(reg, max_ops=3, max_delay=0, committers=1)
+    batcher._pending = _Watched()
+    # three to a transaction, so the fourth goes back; /taken1 twice, so one waits
+    paths = ["/taken0", "/taken1", "/taken1", "/taken2", "/taken3", "/taken4", "/taken5"]
+    requests = len(paths)
+    for n, path in enumerate(paths):
+        op = Create(path, b"b") if n != 2 else Delete(path)
+        batcher.submit([op], functools.partial(outcomes.record, n))
+    batcher.start()
+    assert batcher.flush(timeout=30)
+    batcher.close()
+    assert outcomes.by_key == dict.fromkeys(range(requests))
+    assert len(seen) > requests, "no request went back to the queue"
+    missed = [(counted, untold) for counted, untold in seen if counted < untold]
+    assert missed == [], f"backlog() missed requests being taken: {missed}"
