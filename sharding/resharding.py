@@ -1,0 +1,501 @@
+"""The leader's side of one job's sharding: judge whether the assignment still fits the
+cluster, flag a resharding, fence the old epoch and write the new assignment.
+
+How a resharding goes (the leader only; any instance may raise the flag):
+
+1. A change that alters the assignment's basis — instances joining or leaving, a server
+   disabled or enabled, the total count, an assignment naming an instance that is gone, a
+   corrupt or missing assignment — makes the leader put ``leader/sharding/necessary``.
+2. The leader computes the new assignment (so a faulty strategy is rejected before
+   anything is written), then FENCES: one transaction that checks its leadership and turns
+   the assignment's state to RESHARDING. Every running mark is a transaction that checks
+   the assignment's version, so from here no instance can start a run under the old epoch.
+3. When execution is monitored it waits for the running marks to clear (runs finish; a
+   dead instance's mark goes with its session).
+4. It writes the new assignment, epoch + 1, in ONE transaction that checks leadership (a
+   stale leader's write fails), replaces the assignment node, and deletes the flag at the
+   version it read (a change that raised the flag again meanwhile makes it start over).
+
+A job with no assignment node at all (a new job) skips steps 1 and 2: the missing node
+is the flag, and no run can start without it; step 4 creates the node. A leader that
+finds the assignment out of date while it reshards anyway (a restarted process at
+``start()``) skips step 1: its fence is as durable a sign, and as binding on runs.
+
+That is O(1) registry operations whatever the item and instance counts.
+
+Invariant: every write here carries the election's fence ops (``LeaderElection.fence_ops``),
+so a deposed leader's write fails; one resharding at a time per job (``_reshard_lock``).
+The reads of the cluster (instances, servers, disabled items) are the service's, from its
+cache; only the running marks are read from the registry, since caches leave them out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from registry.errors import RegistryError, TransactionError
+from registry.protocol import Check, Create, Delete, Node, RegistryCenter, Set
+from registry.recipes.batch import Commit
+from registry.recipes.cache import TreeCache
+from registry.recipes.election import LeaderElection
+from registry.recipes.versioned import update
+from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, encode_items
+from sharding.errors import ShardingError
+from sharding.failover import FailoverQueue, MissedFires, RunTrace, plan_entries
+from sharding.job_state import JobState
+from sharding.operations import plan_vacancies
+from sharding.settings import ShardingSettings
+from sharding.strategy_loader import check_assignment, get_strategy
+
+if TYPE_CHECKING:
+    from sharding.service import ShardingService
+
+__all__ = ["Resharding"]
+
+log = logging.getLogger("sharding")
+
+#: how long a leader waits for its cache to show its own last resharding before it judges
+_CACHE_CATCH_UP = 2.0
+#: departed instances handled per resharding transaction (the rest in the next round)
+_MAX_DEPARTED_PER_RESHARD = 100
+
+
+class Resharding:
+    """One job's resharding on one instance: acts only while ``election`` says this
+    instance leads. ``service`` gives the cluster as its cache shows it."""
+
+    def __init__(
+        self,
+        service: ShardingService,
+        reg: RegistryCenter,
+        cache: TreeCache,
+        election: LeaderElection,
+        *,
+        commit: Commit,
+        missed_fires: MissedFires | None = None,
+        on_resharded: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self._service = service
+        self.paths = service.paths
+        self._reg = reg
+        self._cache = cache
+        self._election = election
+        self._commit = commit
+        self._missed_fires = missed_fires
+        self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
+        #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
+        self._ran_at_fence: dict[int, tuple[float, str]] = {}
+        #: the leader should look for running marks of departed instances (one read):
+        #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
+        self._marks_unchecked = True
+        #: why the last resharding transaction failed, for the warning when they keep failing
+        self._last_race: str | None = None
+        self._reshard_lock = threading.RLock()
+
+    @property
+    def job(self) -> str:
+        return self.paths.job
+
+    def marks_may_be_left(self) -> None:
+        """An instance left, or this one was elected: look for running marks left behind
+        at the next evaluation (one read)."""
+        self._marks_unchecked = True
+
+    def reconcile(self) -> None:
+        """Flag a resharding if the assignment no longer matches the cluster (e.g. it
+        names an instance that is gone). Cheap: the cache and one read of the running
+        marks, unless it flags."""
+        self._marks_unchecked = True
+        if self.evaluate() and not self._cache.exists(self.paths.assignment):
+            self._service.schedule_evaluation()  # no flag was written (none is): no event will schedule it
+        if self._election.is_leader and not self._service.stopping:
+            self._upkeep_servers()
+
+    def _upkeep_servers(self) -> None:
+        """Stamp vacant servers, delete long-vacant ones, drop orphaned shutdown requests
+        (``operations.plan_vacancies``): one read of the job and, if needed, one write."""
+        expiry = self._service.settings.server_expiry_seconds
+        try:
+            update(
+                self._reg,
+                lambda: JobState.read(self._reg, self.job),
+                lambda state: plan_vacancies(state, time.time(), expiry),
+                what=f"job {self.job}: server upkeep",
+            )
+        except RegistryError:
+            log.warning(
+                "job %s: server upkeep failed; retrying at the next reconcile", self.job, exc_info=True
+            )
+
+    def _needs_resharding(self) -> str | None:
+        node = self._cache.get_node(self.paths.assignment)
+        if node is None:
+            return "no assignment yet"
+        assignment = self._service.decode_assignment(node)
+        if assignment is None:
+            return "assignment node corrupt"
+        if assignment.state is AssignmentState.RESHARDING:
+            return "previous resharding unfinished"
+        settings = self._service.settings
+        if assignment.total != settings.total:
+            return f"total count {assignment.total} -> {settings.total}"
+        if not (settings.static and assignment.items):
+            available = set(self._service.available_instances())
+            assigned = set(assignment.items)
+            if assigned != available:
+                joined, left = sorted(available - assigned), sorted(assigned - available)
+                return f"instances joined {joined} left {left}"
+            if assignment.strategy != settings.strategy:
+                return f"strategy {assignment.strategy} -> {settings.strategy}"
+        return self._stale_marks()
+
+    def _stale_marks(self) -> str | None:
+        """Running marks of departed instances — the one check that reads the registry
+        (caches leave running marks out), so it runs only when marks may have been left."""
+        if not self._marks_unchecked:
+            return None
+        self._marks_unchecked = False  # before the read: a departure during it sets it again
+        try:
+            stale = sorted(set(self._service.running_instances()) - set(self._service.online_instances()))
+        except RegistryError:
+            self._marks_unchecked = True
+            raise
+        if not stale:
+            return None
+        self._marks_unchecked = True  # until a resharding has removed them all
+        return f"running marks left by departed instances {stale}"
+
+    def evaluate(self) -> bool:
+        """Flag a resharding if one is needed; True if this call flagged it, or found
+        no assignment at all (which needs no flag: see ``_flag_if_needed``)."""
+        if not self._election.is_leader or self._service.stopping:
+            return False
+        with self._reshard_lock:  # not while resharding: the cache lags our own writes
+            return self._flag_if_needed()
+
+    def _flag_if_needed(self) -> bool:
+        reason = self._needs_resharding()
+        if reason is not None and not self._cache.exists(self.paths.necessary):
+            log.info("job %s: resharding needed: %s", self.job, reason)
+            if not self._cache.exists(self.paths.assignment):
+                # A missing assignment is its own flag: every leader reshards on it (after
+                # this one's crash too), and nothing can run meanwhile; writing the flag
+                # would cost a transaction and its events for every new job.
+                return True
+            # fenced: a flag from a leader that was deposed, or whose job an operator
+            # removed, while it evaluated must not land (it would re-create the job)
+            try:
+                self._commit([*self._election.fence_ops(), Create(self.paths.necessary, reason.encode())])
+            except TransactionError:
+                return False  # flagged meanwhile, or no longer leader
+            except RegistryError:
+                if not self._service.stopping:
+                    log.warning("job %s: could not flag resharding", self.job, exc_info=True)
+                return False
+            return True
+        return False
+
+    def reshard(self) -> bool:
+        """Leader: bring the assignment up to date (module docstring). True when the
+        assignment is READY and unflagged afterwards; False when not (or no longer) leader."""
+        with self._reshard_lock:
+            for _ in range(20):
+                if not self._election.is_leader or self._service.stopping:
+                    return False
+                outcome = self._reshard_once()
+                if outcome is not None:
+                    return outcome
+            log.warning(
+                "job %s: resharding kept racing with changes (last: %s); will retry",
+                self.job,
+                self._last_race,
+            )
+            self._service.schedule_evaluation()  # try again rather than wait for the next change
+            return False
+
+    def _reshard_once(self) -> bool | None:
+        started = time.monotonic()
+        leader_version = self._election.leader_version
+        if leader_version is None:
+            return False
+        fence_ops = self._election.fence_ops()
+        flag = self._reg.get_node(self.paths.necessary)
+        node = self._reg.get_node(self.paths.assignment)
+        previous = None
+        if node is not None:
+            try:
+                previous = Assignment.decode(self.paths.assignment, node.value)
+            except CorruptNodeError as exc:
+                self._service.report_corrupt(self.paths.assignment, node.version, exc.problem)
+        if flag is None and previous is not None and previous.state is AssignmentState.READY:
+            assert node is not None
+            if not self._cache_caught_up(node):
+                # The judgement below reads the cache. Hazard: a cache that has not yet
+                # applied our own last write still shows the reason that write removed,
+                # and the leader would reshard again and again on it; so it waits for the
+                # cache to catch up first, bounded.
+                log.info("job %s: the cache lags the assignment; resharding waits for it", self.job)
+                return False
+            reason = self._needs_resharding()
+            if reason is None:
+                return True
+            # No flag is written for a resharding done here and now: the fence below stops
+            # every run under the old epoch as a flag would, and outlives this leader (the
+            # next one reshards a RESHARDING assignment); a flag raised meanwhile is left
+            # for the next evaluation. That spares a transaction and two reads per job when
+            # a restarted process reshards every job it leads (``JobRunner.settle``).
+            log.info("job %s: resharding needed: %s", self.job, reason)
+        settings = self._service.settings
+        epoch = max(previous.epoch if previous else 0, self._service.epoch_floor())
+        me = self._service.identity.instance_id
+        planned = self._compute(settings, previous)  # a faulty strategy fails before any write
+        if node is None:
+            # No assignment at all (a new job): no run can start without one (every
+            # running mark checks its version), so there is nothing to fence; the
+            # assignment is created READY by the one transaction below.
+            self._ran_at_fence = {}
+        elif previous is None or previous.state is AssignmentState.READY:
+            self._ran_at_fence = {}  # a new fence: the runs it waits for are found anew
+            fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
+            if fenced_node is None:
+                return None if self._election.is_leader else False
+            node = fenced_node
+        running: list[str] | None = None  # the marks as last read, when that was just now
+        # the marks are read below and departed ones removed with the new assignment, which
+        # spares the next evaluation its own read; a departure meanwhile sets it again
+        self._marks_unchecked = False
+        if settings.monitor_execution:
+            waited = self._wait_runs_finished()
+            if waited is None:
+                self._marks_unchecked = True
+                return False
+            running = waited[0]
+            for item, run in waited[1].items():  # kept across attempts of one resharding
+                if item not in self._ran_at_fence or self._ran_at_fence[item][0] < run[0]:
+                    self._ran_at_fence[item] = run
+        ran = dict(self._ran_at_fence)
+        planned = self._compute(settings, previous)
+        new = Assignment(
+            epoch + 1,
+            AssignmentState.READY,
+            settings.total,
+            planned,
+            settings.strategy,
+            me,
+            leader_version,
+            ran,
+        )
+        ops: list[Check | Create | Set | Delete] = [
+            *fence_ops,
+            (
+                Create(self.paths.assignment, new.encode())
+                if node is None
+                else Set(self.paths.assignment, new.encode(), node.version)
+            ),
+        ]
+        if flag is not None:
+            ops.append(Delete(self.paths.necessary, flag.version))
+        ops.extend(self._departed_ops(settings, previous, running))
+        if not self._transact(ops, fence_ops):
+            self._marks_unchecked = True
+            return None if self._election.is_leader else False
+        self._service.saw_epoch(new.epoch)
+        self._wait_cache_past(-1 if node is None else node.version)
+        log.info(
+            "job %s: epoch %d assignment %s",
+            self.job,
+            new.epoch,
+            {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
+        )
+        if self._on_resharded is not None:
+            self._on_resharded(new.epoch, time.monotonic() - started)
+        return True
+
+    def _fence(
+        self,
+        previous: Assignment | None,
+        node: Node | None,
+        epoch: int,
+        settings: ShardingSettings,
+        leader_version: int,
+        fence_ops: Sequence[Check],
+    ) -> Node | None:
+        """Turn the assignment to RESHARDING in one transaction checked by ``fence_ops``
+        (from here no run can start under the old epoch); the node as written, or None
+        if the transaction failed or the node vanished."""
+        me = self._service.identity.instance_id
+        fence = Assignment(epoch, AssignmentState.RESHARDING, 0, {}, settings.strategy, me, leader_version)
+        if previous is not None:
+            fence = previous.with_state(AssignmentState.RESHARDING, me, leader_version)
+        write: Create | Set = (
+            Create(self.paths.assignment, fence.encode())
+            if node is None
+            else Set(self.paths.assignment, fence.encode(), node.version)
+        )
+        if not self._transact([*fence_ops, write], fence_ops):
+            return None
+        return self._reg.get_node(self.paths.assignment)
+
+    def _wait_cache_past(self, fenced: int) -> None:
+        """Our own read path is the cache: let it catch up, or the next check sees the
+        fence. "Caught up" is any version past the fence (our write or a later one):
+        waiting for our exact value would miss it when the cache applies a later write first.
+        ``fenced`` is -1 after the assignment was created: any version will do."""
+        self._cache.wait_until(
+            lambda: (
+                (cached := self._cache.get_node(self.paths.assignment)) is not None
+                and cached.version > fenced
+            ),
+            self._service.wait_timeout,
+            under=self.paths.root,
+        )
+
+    def _cache_caught_up(self, node: Node) -> bool:
+        """Wait (bounded) until the cache holds the assignment as read directly (or later) and no
+        resharding flag the registry no longer has; False if it does not catch up soon —
+        then the events still on their way schedule the next evaluation."""
+
+        def caught_up() -> bool:
+            cached = self._cache.get_node(self.paths.assignment)
+            return (
+                cached is not None
+                and cached.version >= node.version
+                and not self._cache.exists(self.paths.necessary)
+            )
+
+        return self._cache.wait_until(caught_up, _CACHE_CATCH_UP, under=self.paths.root)
+
+    def _departed_ops(
+        self, settings: ShardingSettings, previous: Assignment | None, running: list[str] | None = None
+    ) -> list[Create | Set | Delete]:
+        """Remove the running marks of departed instances and, with failover, queue what
+        they left undone — in the same transaction as the new assignment (module
+        ``sharding.failover``). Bounded so the transaction stays within every limit."""
+        online = set(self._service.online_instances())
+        ops: list[Create | Set | Delete] = []
+        departed: dict[str, RunTrace | None] = {}
+        if running is None:
+            running = self._service.running_instances()
+        stale = sorted(set(running) - online)
+        if len(stale) > _MAX_DEPARTED_PER_RESHARD:
+            self._marks_unchecked = True  # the rest go in the next round
+        for instance in stale[:_MAX_DEPARTED_PER_RESHARD]:
+            mark = self._reg.get_node(self.paths.running_of(instance))
+            if mark is None:
+                continue
+            ops.append(Delete(self.paths.running_of(instance), mark.version))
+            try:
+                departed[instance] = RunTrace.decode(self.paths.running_of(instance), mark.value)
+            except CorruptNodeError as exc:
+                self._service.report_corrupt(self.paths.running_of(instance), mark.version, exc.problem)
+                departed[instance] = None
+        if not settings.failover:
+            return ops
+        if previous is not None:
+            for instance in previous.items:
+                if instance not in online and instance not in departed:
+                    departed[instance] = None  # died between runs, no trace left
+        entries = plan_entries(
+            previous,
+            departed,
+            now=time.time(),
+            session_timeout=self._reg.session_timeout,
+            missed_fires=self._missed_fires,
+            disabled=self._service.disabled_items(),
+        )
+        if not entries:
+            return ops
+        queue_node = self._reg.get_node(self.paths.failover_items)
+        queue = FailoverQueue() if queue_node is None else self._service.marks.queue(queue_node)
+        merged = queue.merged(entries, settings.total).encode()
+        log.warning(
+            "job %s: failover queues %d (item, fire) pair(s) left by %s",
+            self.job,
+            len(entries),
+            sorted(departed),
+        )
+        if queue_node is None:
+            ops.append(Create(self.paths.failover_items, merged))
+        else:
+            ops.append(Set(self.paths.failover_items, merged, queue_node.version))
+        return ops
+
+    def _compute(self, settings: ShardingSettings, previous: Assignment | None) -> dict[str, tuple[int, ...]]:
+        instances = self._service.available_instances()
+        strategy = get_strategy(settings.strategy)
+        try:
+            last = None if previous is None else previous.as_lists()
+            raw = strategy(instances, self.job, settings.total, previous=last)
+            checked = check_assignment(raw, instances, settings.total, settings.strategy)
+        except ValueError as exc:
+            raise ShardingError(f"job {self.job}: {exc}") from None
+        return {instance: tuple(items) for instance, items in checked.items()}
+
+    def _transact(self, ops: Sequence[Check | Set | Create | Delete], fence: Sequence[Check]) -> bool:
+        """Apply a resharding transaction guarded by the election's ``fence`` ops."""
+        try:
+            self._commit(list(ops))
+            return True
+        except TransactionError as exc:
+            if any(exc.op is check for check in fence):  # the leader node or its term moved
+                log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
+            else:
+                log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
+            self._last_race = str(exc)
+            return False
+
+    def _wait_runs_finished(self) -> tuple[list[str], dict[int, tuple[float, str]]] | None:
+        """Wait (by watch) until no online instance holds a running mark; the marks then
+        there (those of departed instances, for ``_departed_ops``: one read less) and the
+        runs waited for (item -> (fire time, instance), for ``Assignment.ran``), or None
+        if leadership ends.
+
+        The marks are followed only for the wait, by a cache of their own: the shared
+        cache leaves them out (``layout.is_running_marks``)."""
+        running = self._service.running_instances()
+        if not set(running) & set(self._service.online_instances()):
+            return running, {}  # the usual case: one read, no watch to set up
+        ran = self._runs_in_progress(running)  # read at once: a run may end any moment now
+        marks = TreeCache(self._reg, self.paths.running).start(self._reg.session_timeout)
+        try:
+
+            def in_progress() -> list[str]:
+                # a departed instance's mark never clears; membership is re-read each second
+                running = marks.children(self.paths.running)
+                return sorted(set(running) & set(self._service.online_instances())) if running else []
+
+            while True:
+                if not self._election.is_leader or self._service.stopping:
+                    return None
+                if marks.wait_until(lambda: not in_progress(), 1.0):
+                    return marks.children(self.paths.running), ran
+                log.info("job %s: resharding waits for running items on %s", self.job, in_progress())
+        finally:
+            marks.close()
+
+    def _runs_in_progress(self, running: list[str]) -> dict[int, tuple[float, str]]:
+        """The fires online instances are running under the fenced epoch, per item (one
+        read per instance with a mark). Hazard: a run that ends between the fence and this
+        read is not seen, and a fire that waited for the new epoch may then run its items
+        again; the window is the fence's round trip."""
+        ran: dict[int, tuple[float, str]] = {}
+        online = set(self._service.online_instances())
+        for instance in running:
+            path = self.paths.running_of(instance)
+            node = self._reg.get_node(path) if instance in online else None
+            if node is None:
+                continue
+            try:
+                trace = RunTrace.decode(path, node.value)
+            except CorruptNodeError:
+                continue  # reported by the resharding's own read of the marks
+            if trace.state != "running" or trace.fire_time is None or trace.failover:
+                continue  # a failover run is re-run by failover anyway, never skipped
+            for item in trace.items:
+                if item not in ran or ran[item][0] < trace.fire_time:
+                    ran[item] = (trace.fire_time, instance)
+        return ran
