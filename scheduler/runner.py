@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.errors import NodeExistsError, RegistryError, TransactionError
+from registry.paths import parent
 from registry.protocol import Create, Event, EventKind, RegistryCenter
 from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
@@ -257,10 +258,7 @@ class JobRunner:
             paths=self.paths,
             cancelled=self._rt.stopping.is_set,
         )
-        self._rt.cache.add_listener(self._on_config_event, under=self.paths.config)
-        self._rt.cache.add_listener(self._on_failover_event, under=self.paths.failover_items)
-        self._rt.cache.add_listener(self._on_trigger_event, under=self.paths.triggers)
-        self._rt.cache.add_listener(self._on_shutdown_event, under=self.paths.shutdowns)
+        self._rt.cache.add_listener(self._on_job_event, under=self.paths.root)
         own_request = self.paths.shutdown(self._rt.identity.instance_id)
         if self._rt.cache.exists(own_request):  # asked of an earlier process with this id
             self._rt.reg.delete(own_request)
@@ -329,10 +327,7 @@ class JobRunner:
             self._rt.timer.cancel(key)
         if self._config.retries:
             self._rt.cache.wake()  # a backoff under way looks at the fence again
-        self._rt.cache.remove_listener(self._on_config_event, under=self.paths.config)
-        self._rt.cache.remove_listener(self._on_trigger_event, under=self.paths.triggers)
-        self._rt.cache.remove_listener(self._on_shutdown_event, under=self.paths.shutdowns)
-        self._rt.cache.remove_listener(self._on_failover_event, under=self.paths.failover_items)
+        self._rt.cache.remove_listener(self._on_job_event, under=self.paths.root)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._lock:
@@ -400,6 +395,22 @@ class JobRunner:
             streaming_process=local.streaming_process,
             error_handler=local.error_handler,
         )
+
+    def _on_job_event(self, event: Event) -> None:
+        """Every change under the job's root, handed to the handler of its node: one
+        listener per job rather than one per node it follows, as the shared cache keeps
+        an entry and a bound method for each listener of every job."""
+        path = event.path
+        if path == self.paths.config:
+            self._on_config_event(event)
+        elif path == self.paths.failover_items:
+            self._on_failover_event(event)
+        else:
+            folder = parent(path)
+            if folder == self.paths.triggers:
+                self._on_trigger_event(event)
+            elif folder == self.paths.shutdowns:
+                self._on_shutdown_event(event)
 
     def _on_config_event(self, event: Event) -> None:
         if event.path != self.paths.config or event.kind is EventKind.DELETED or event.value is None:
