@@ -239,6 +239,13 @@ class RunMarks:
         else:
             self.cleared(None)
 
+    def may_be_in_place(self) -> bool:
+        """Whether this instance's mark may be in the registry: one is held, or a write or
+        removal of it ended with its outcome unknown. Only this instance writes it, so
+        otherwise none of this process is there (a trace an earlier process left under the
+        same id is the leader's to remove when it reshards, and a fire's removes it first)."""
+        return self.held is not None or self.in_doubt
+
     # -- stale marks ----------------------------------------------------------------------
     def remove_stale_mark(self) -> bool:
         """Remove this instance's mark if a write in doubt may have left it; the caller

@@ -223,7 +223,9 @@ class ShardingService:
             running, last_fire = self.marks.path, self.marks.last_fire
             if self._settings.failover and last_fire is not None:
                 self._reg.put(running, RunTrace("left", (), last_fire).encode())
-            else:
+            elif self.marks.may_be_in_place():
+                # a delete of an absent mark fails the shared transaction it is in: one
+                # round trip per job if every leaving job sent it
                 self._delete(running)
             self.membership.leave()
             self._election.stop()
