@@ -5,6 +5,7 @@ Read from kazoo's own watcher tables, the only place this shows."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import uuid
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import registry
 from registry.backends.base import BaseRegistry
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.protocol import EventKind
-from tests.contract import EventLog, wait_marker
+from tests.contract import PROMPT, EventLog, wait_marker
 from tests.waiting import wait_for
 
 
@@ -72,3 +73,46 @@ def test_a_leaf_gets_a_data_watch_and_no_child_watch(zk_server: Any) -> None:
         log.wait(EventKind.UPDATED, "/job/config", b"e")
         writer.delete("/job/config")
         log.wait(EventKind.DELETED, "/job/config")
+
+
+def test_the_servers_root_listed_again_never_shows_zookeepers_own_node(zk_server: Any) -> None:
+    """A new node at the server's root makes the watch list the root again; ZooKeeper's
+    own ``/zookeeper`` stays hidden there as in the first listing. The watch's ``exclude``
+    leaves out every other test's nodes, but not ``/zookeeper`` itself."""
+    top = "/root-watch" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}")
+    try:
+        log = EventLog()
+        reg.watch("/", log, initial=True, exclude=lambda p: not p.startswith(top) and p != "/zookeeper")
+        reg.put(f"{top}-a", b"a")
+        reg.put(f"{top}-b/c", b"c")
+        wait_marker(reg, log, reg, f"{top}-marker")
+        log.wait(EventKind.CREATED, f"{top}-a", b"a")
+        log.wait(EventKind.CREATED, f"{top}-b/c", b"c")
+        assert not [e for e in log.events if e.path.startswith("/zookeeper")], log.events
+    finally:
+        for path in (f"{top}-a", f"{top}-b", f"{top}-marker"):
+            reg.delete(path)
+        reg.close()
+
+
+def test_a_parent_listed_again_asks_exclude_about_its_new_children_only(zk_server: Any) -> None:
+    """A parent is listed again whenever a child is added: a start of N jobs lists the
+    namespace hundreds of times. Asking ``exclude`` about every child of every listing made
+    that quadratic in Python calls; the children known already are not asked again."""
+    with _watcher_and_writer(zk_server) as (_, reg, writer):
+        for n in range(50):
+            writer.put(f"/jobs/j{n:02d}", b"")
+        asked: collections.Counter[str] = collections.Counter()
+
+        def exclude(path: str) -> bool:
+            asked[path] += 1
+            return False
+
+        log = EventLog()
+        reg.watch("/", log, initial=True, exclude=exclude)
+        for n in range(50, 60):
+            writer.put(f"/jobs/j{n:02d}", b"")
+            log.wait(EventKind.CREATED, f"/jobs/j{n:02d}")
+        assert reg.flush_events(PROMPT)
+        assert sum(asked[f"/jobs/j{n:02d}"] for n in range(60)) <= 2 * 60, asked
