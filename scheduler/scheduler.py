@@ -425,11 +425,15 @@ class Scheduler:
         # waiting out a stale node of its id sees ``stopping`` once woken, and gives up
         runtime.cache.wake()
         runtime.rejoin.shutdown(wait=True, drop_queued=True)
+        # The cache stops following before the jobs leave: nothing in leaving waits for a
+        # change, and what the jobs delete would otherwise be read again for a cache about
+        # to close (ZooKeeper re-reads a node when its one-shot watch fires: some six reads
+        # a job). A closed cache still answers reads from what it holds.
+        runtime.cache.close()
         # jobs leave side by side, as they start, their hand-overs sharing transactions
         _each(runners, JobRunner.leave)
         runtime.batcher.close()
         runtime.reg.remove_listener(self._on_session)
-        runtime.cache.close()
         # after the jobs left: a resharding still running sees its job stopping and ends
         runtime.resharding.shutdown(wait=wait, drop_queued=True)
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)

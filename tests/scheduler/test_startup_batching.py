@@ -5,8 +5,11 @@ The memory backend applies each transaction directly (no round trip to share).""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.counting import CountingRegistry
 from scheduler import JobConfig, Scheduler, ShardingContext
 from sharding.assignment import Assignment, AssignmentState
@@ -84,3 +87,36 @@ def test_start_returns_with_every_job_assigned(harness: Harness) -> None:
             assert assignment.items == {instance: (0, 1, 2)}, (name, assignment.items)
     finally:
         sched.shutdown()
+
+
+@pytest.mark.parametrize("harness", ["zookeeper"], indirect=True)
+def test_leaving_jobs_are_not_read_again_for_the_closing_cache(harness: Harness) -> None:
+    """ZooKeeper re-reads a node when its one-shot watch fires, so a cache that still
+    followed the jobs while they leave would read again what each deletes (some six reads
+    a job) just before it closes. The scheduler's cache stops following first."""
+    namespace = harness.fresh_namespace()
+    reg = harness.connect(namespace)
+    assert isinstance(reg, ZooKeeperRegistry)
+    sched = Scheduler(reg)
+    for name in NAMES:
+        sched.add_job(JobConfig(name=name, cron="0 0 0 1 1 ?"), _noop)
+    reads: list[str] = []
+    try:
+        sched.start()
+        wait_for(lambda: all(reg.get(JobPaths(name).leader) == sched.instance_id.encode() for name in NAMES), 30)
+        assert reg.flush_events(10.0)
+        client = reg._io.client
+        for method in ("get_async", "get_children_async"):
+            read = getattr(client, method)
+
+            def counted(path: str, *args: Any, _read: Any = read, **kwargs: Any) -> Any:
+                reads.append(path)
+                return _read(path, *args, **kwargs)
+
+            setattr(client, method, counted)
+        sched.shutdown()
+        assert not reg.exists(JobPaths(NAMES[0]).instance(sched.instance_id))  # the jobs did leave
+    finally:
+        sched.shutdown()
+        reg.close()
+    assert len(reads) < JOBS // 4, f"{len(reads)} reads while {JOBS} jobs left: {reads[:10]}"
