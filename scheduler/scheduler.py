@@ -427,8 +427,8 @@ class Scheduler:
         runtime.rejoin.shutdown(wait=True, drop_queued=True)
         # The cache stops following before the jobs leave: nothing in leaving waits for a
         # change, and what the jobs delete would otherwise be read again for a cache about
-        # to close (ZooKeeper re-reads a node when its one-shot watch fires: some six reads
-        # a job). A closed cache still answers reads from what it holds.
+        # to close (ZooKeeper re-reads a node when its one-shot watch fires: about five
+        # reads a job). A closed cache still answers reads from what it holds.
         runtime.cache.close()
         # jobs leave side by side, as they start, their hand-overs sharing transactions
         _each(runners, JobRunner.leave)

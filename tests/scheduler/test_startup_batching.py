@@ -92,8 +92,8 @@ def test_start_returns_with_every_job_assigned(harness: Harness) -> None:
 @pytest.mark.parametrize("harness", ["zookeeper"], indirect=True)
 def test_leaving_jobs_are_not_read_again_for_the_closing_cache(harness: Harness) -> None:
     """ZooKeeper re-reads a node when its one-shot watch fires, so a cache that still
-    followed the jobs while they leave would read again what each deletes (some six reads
-    a job) just before it closes. The scheduler's cache stops following first."""
+    followed the jobs while they leave would read again what each deletes (about five
+    reads a job) just before it closes. The scheduler's cache stops following first."""
     namespace = harness.fresh_namespace()
     reg = harness.connect(namespace)
     assert isinstance(reg, ZooKeeperRegistry)
