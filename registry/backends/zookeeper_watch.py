@@ -45,7 +45,7 @@ from kazoo.exceptions import NoNodeError as KzNoNode
 from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
-from registry.backends.zookeeper_io import ROOT_SYSTEM_NODE, ZkIO, is_connection_failure, visible_children
+from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_child_paths, visible_children
 from registry.backends.zookeeper_rewatch import Rearm
 from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
@@ -56,7 +56,6 @@ __all__ = ["TreeWatcher"]
 log = logging.getLogger("registry.zookeeper")
 
 _PIPELINE = 500
-_SYSTEM_NODE = join("/", ROOT_SYSTEM_NODE)
 _SYNC_ATTEMPTS = 3
 #: seconds between two tries of a resync that failed while connected (doubling, capped)
 _RESYNC_BACKOFF = 0.05
@@ -277,11 +276,8 @@ class TreeWatcher:
             return  # deleted: its data watch reports it
         # Hazard: a parent of N jobs is listed again whenever jobs are added, so a start
         # of N jobs lists N names hundreds of times. The trick: set arithmetic on the
-        # listing (no sort, no call per name), the watch's predicate on new names only (no
-        # known node is excluded) and ZooKeeper's own node, listed under "/" only, dropped.
-        prefix = path.rstrip("/") + "/"
-        listed = {prefix + name for name in names}
-        listed.discard(_SYSTEM_NODE)
+        # listing, and the watch's predicate on new names only (no known node is excluded).
+        listed = visible_child_paths(path, names)
         known = set(self._kids.of(path))
         for gone in sorted(known - listed):
             self._drop(gone)
