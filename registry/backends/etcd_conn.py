@@ -1,4 +1,4 @@
-"""One etcd connection: the gRPC channel, authentication and bounded, mapped RPCs.
+"""One etcd connection: the gRPC channels, authentication and bounded, mapped RPCs.
 
 Invariants kept here:
 - every RPC carries a deadline; every failure leaves as a ``registry.errors`` exception;
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import email.utils
 import ipaddress
+import itertools
 import logging
 import socket
 import ssl
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 import grpc
 import pyetcd
 from pyetcd import etcdrpc
+from pyetcd.etcdrpc import rpc_pb2_grpc
 
 from registry.backends.etcd_errors import (
     grpc_code,
@@ -64,6 +66,16 @@ _BASE_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", 16 * 1024 * 1024),
 ]
 
+#: channels the KV calls (reads and transactions) take turns on; the lease, watches and
+#: authentication keep pyetcd's own. Hazard: gRPC Python holds a lock of the whole channel
+#: while it starts a call and again when one ends, and lets go of the GIL and takes it back
+#: while holding that lock. With another Python thread busy, the holder waits for the GIL
+#: and every caller of the channel waits for the holder: committers sharing one channel
+#: send one call at a time. Channels with the same target and options share gRPC's
+#: connection to the server (its global subchannel pool): a lane costs a lock and a few
+#: objects, no socket.
+_KV_LANES = 8
+
 
 class _Transient(Exception):
     """A failure worth another attempt; carries the mapped error to raise at the end."""
@@ -89,6 +101,7 @@ class _TargetEndpoint(pyetcd.Endpoint):  # type: ignore[misc]
         self, target: str, label: str, creds: grpc.ChannelCredentials | None, opts: list[Any]
     ) -> None:
         self._target = target
+        self._options = opts
         host, _, port = label.rpartition(":")
         super().__init__(host, int(port), secure=creds is not None, creds=creds, time_retry=0, opts=opts)
 
@@ -96,6 +109,10 @@ class _TargetEndpoint(pyetcd.Endpoint):  # type: ignore[misc]
         if self.secure:
             return grpc.secure_channel(self._target, self.credentials, options=opts)
         return grpc.insecure_channel(self._target, options=opts)
+
+    def another_channel(self) -> grpc.Channel:
+        """A channel of its own to the same target, with the same options."""
+        return self._mkchannel(self._options)
 
 
 class EtcdConnection:
@@ -119,6 +136,9 @@ class EtcdConnection:
         # pyetcd attaches the token as call credentials, which gRPC refuses on plaintext
         # channels; it is sent as metadata instead (``client.metadata``).
         self._client.call_credentials = None
+        self._lanes = [self._endpoint.another_channel() for _ in range(_KV_LANES)]
+        self._kv_stubs = [rpc_pb2_grpc.KVStub(lane) for lane in self._lanes]
+        self._turns = itertools.count()  # next() is atomic: callers need no lock
 
     # -- life cycle -----------------------------------------------------------------------
     def open(self, ttl: int) -> int:
@@ -149,10 +169,11 @@ class EtcdConnection:
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._client.close()
-        except Exception:
-            log.debug("closing the etcd channel failed", exc_info=True)
+        for closable in [*self._lanes, self._client]:
+            try:
+                closable.close()
+            except Exception:
+                log.debug("closing an etcd channel failed", exc_info=True)
 
     # -- authentication --------------------------------------------------------------------
     @property
@@ -236,14 +257,18 @@ class EtcdConnection:
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     # -- typed helpers -----------------------------------------------------------------------
+    def kv_lane(self) -> Any:
+        """The KV stub of the next lane in turn (``_KV_LANES``)."""
+        return self._kv_stubs[next(self._turns) % len(self._kv_stubs)]
+
     def range(self, key: bytes, range_end: bytes = b"", *, keys_only: bool = False) -> Any:
         request = etcdrpc.RangeRequest(key=key, range_end=range_end, keys_only=keys_only)
-        return self.call("read", lambda c, t, md: c.kvstub.Range(request, t, metadata=md), idempotent=True)
+        kv = self.kv_lane()
+        return self.call("read", lambda c, t, md: kv.Range(request, t, metadata=md), idempotent=True)
 
     def txn(self, request: Any, *, idempotent: bool = False, action: str = "transaction") -> Any:
-        return self.call(
-            action, lambda c, t, md: c.kvstub.Txn(request, t, metadata=md), idempotent=idempotent
-        )
+        kv = self.kv_lane()
+        return self.call(action, lambda c, t, md: kv.Txn(request, t, metadata=md), idempotent=idempotent)
 
     def _grant(self, ttl: int, timeout: float) -> int:
         response = self._client.leasestub.LeaseGrant(
