@@ -18,19 +18,25 @@ from registry.url import parse_url
 
 
 class _Counted:
-    """A KV stub that counts the calls it serves, then passes them on."""
+    """A KV stub that counts the calls it serves, then passes them on. Callers on many
+    threads: ``+=`` on a shared list is not atomic, so the count takes a lock."""
 
-    def __init__(self, stub: Any, calls: list[int], index: int) -> None:
+    def __init__(self, stub: Any, calls: list[int], index: int, lock: threading.Lock) -> None:
         self._stub = stub
         self._calls = calls
         self._index = index
+        self._lock = lock
+
+    def _count(self) -> None:
+        with self._lock:
+            self._calls[self._index] += 1
 
     def Txn(self, *args: Any, **kwargs: Any) -> Any:
-        self._calls[self._index] += 1
+        self._count()
         return self._stub.Txn(*args, **kwargs)
 
     def Range(self, *args: Any, **kwargs: Any) -> Any:
-        self._calls[self._index] += 1
+        self._count()
         return self._stub.Range(*args, **kwargs)
 
 
@@ -49,7 +55,8 @@ def _put(key: bytes, value: bytes) -> Any:
 
 def test_calls_from_many_threads_are_spread_over_every_lane(conn: EtcdConnection) -> None:
     calls = [0] * _KV_LANES
-    conn._kv_stubs = [_Counted(stub, calls, n) for n, stub in enumerate(conn._kv_stubs)]
+    lock = threading.Lock()
+    conn._kv_stubs = [_Counted(stub, calls, n, lock) for n, stub in enumerate(conn._kv_stubs)]
     prefix = f"/lanes/{uuid.uuid4().hex[:8]}/".encode()
     rounds = 3
     failures: list[BaseException] = []
