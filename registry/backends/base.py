@@ -583,18 +583,23 @@ class BaseRegistry(abc.ABC):
             raise TransactionError(
                 f"transaction has {len(ops)} ops; at most {MAX_TXN_OPS} are allowed on every backend"
             )
+        if ops and self._closed:
+            raise RegistryError(f"registry client {self.url} is closed")
+        stored_paths = self._stored_paths  # a hit skips ``_stored``'s call: every fire's ops pass here
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
         deletes: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
             if isinstance(op, Check):
-                stored_path = self._stored(op.path)
+                stored_path = stored_paths.get(op.path) or self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else Check(stored_path, op.version))
                 continue
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
-            stored = self._stored_writable(op.path)
+            stored = stored_paths.get(op.path)
+            if stored is None or op.path == "/":
+                stored = self._stored_writable(op.path)  # raises for the root
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"

@@ -3,7 +3,8 @@
 The key of a node is its stored path; a parent is an explicit key with an empty value.
 Invariants kept here:
 - a node and its missing parents are written in ONE etcd transaction whose compares pin
-  every parent it relies on (present ones ``version > 0``, missing ones ``version == 0``);
+  every parent it relies on: missing ones ``version == 0``, present ones ``version > 0``,
+  or a compare on a node below them (deletes are recursive: while it exists, they do);
 - a delete removes the key and the range ``key + "/"`` and nothing else (a single range
   from ``key`` would also hit siblings such as ``key-1``, which sort before ``key/``);
 - every transaction reads back, in its failure branch, each key it compared, so the
@@ -14,7 +15,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from pyetcd.utils import prefix_range_end
 
 from registry.backends.base import raise_first_failed_op
 from registry.errors import TransactionError
-from registry.paths import ancestors
+from registry.paths import ancestors, parent
 from registry.protocol import Create, Delete, Node, Op, Set
 
 __all__ = [
@@ -145,10 +146,10 @@ def _parent_guards(parents: Sequence[str], missing: set[str]) -> tuple[list[str]
 def _guard_parents(parents: Sequence[str], missing: set[str], plan: Plan) -> None:
     """Pin the parents a write relies on (``_parent_guards``)."""
     create, guard = _parent_guards(parents, missing)
-    for parent in create:
-        plan.compares.append(version_cmp(parent, _EQ, 0))
-        plan.success.append(put_op(enc(parent), b""))
-    plan.optional.extend(version_cmp(parent, _GT, 0) for parent in guard)
+    for parent_path in create:
+        plan.compares.append(version_cmp(parent_path, _EQ, 0))
+        plan.success.append(put_op(enc(parent_path), b""))
+    plan.optional.extend(version_cmp(parent_path, _GT, 0) for parent_path in guard)
     plan.guarded.extend(create + guard)
 
 
@@ -183,6 +184,7 @@ class TxnPlan:
     compares: list[_Cmp]
     success: list[_Put]
     reads: list[str]
+    read_keys: list[bytes] = field(default_factory=list)  # ``reads`` encoded
     optional: list[_Cmp] = field(default_factory=list)  # as ``Plan.optional``
 
     def guards_fit(self) -> bool:
@@ -205,10 +207,9 @@ class TxnPlan:
         for key, value, lease, keep in self.success:
             if value is None:
                 add_op().request_delete_range.key = key
-                below = key + b"/"
                 removal = add_op().request_delete_range
-                removal.key = below
-                removal.range_end = prefix_range_end(below)
+                removal.key = key + b"/"
+                removal.range_end = key + b"0"  # prefix_range_end(key + b"/"): "/" + 1 is "0"
                 continue
             put = add_op().request_put
             put.key = key
@@ -218,8 +219,8 @@ class TxnPlan:
             if keep:
                 put.ignore_lease = True
         add_read = request.failure.add
-        for path in self.reads:
-            add_read().request_range.key = enc(path)
+        for key in self.read_keys:
+            add_read().request_range.key = key
         return request
 
 
@@ -236,12 +237,11 @@ def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPla
     """
     plan = TxnPlan(compares=[], success=[], reads=[])
     compares, success = plan.compares, plan.success
-    targets: dict[str, None] = {}
+    targets: dict[str, bytes] = {}
     created: list[str] = []
     for op in ops:
         path = op.path
-        targets[path] = None
-        key = enc(path)
+        key = targets[path] = enc(path)
         if isinstance(op, Create):
             compares.append((key, _VERSION, _EQ, 0))
             success.append((key, op.value, lease if op.ephemeral else 0, False))
@@ -255,14 +255,49 @@ def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPla
         elif isinstance(op, Delete):
             success.append((key, None, 0, False))
     plan.reads = list(targets)
-    # a parent that another op creates, sets or checks needs no guard of its own
-    parents = {p: None for path in created for p in ancestors(path) if p not in targets}
-    create, guard = _parent_guards(list(parents), missing)
-    for parent in create:
-        compares.append((enc(parent), _VERSION, _EQ, 0))
-        success.append((enc(parent), b"", 0, False))
-    plan.optional.extend((enc(parent), _VERSION, _GT, 0) for parent in guard)
+    plan.read_keys = list(targets.values())
+    create, guard = _pin_parents(created, targets, missing)
+    for parent_path in create:
+        key = enc(parent_path)
+        compares.append((key, _VERSION, _EQ, 0))
+        success.append((key, b"", 0, False))
+    plan.optional.extend((enc(parent_path), _VERSION, _GT, 0) for parent_path in guard)
     return plan
+
+
+def _pin_parents(
+    created: Sequence[str], targets: Container[str], missing: Container[str]
+) -> tuple[list[str], list[str]]:
+    """The parents the nodes in ``created`` rely on: those to create, and the present ones
+    to guard by ``version > 0``, as ``_parent_guards`` splits them, found without listing
+    every ancestor of every node (each fire's mark passes here).
+
+    A walk up from each node's parent creates each missing parent and goes on, and stops
+    at the first present one (guarded), at an op's own path (that op pins it: a check or a
+    write needs it present, a create makes it), or at a parent already walked. Deletes are
+    recursive, so while a present parent exists so do all its ancestors: those are marked
+    covered, and a guard that another's covers is dropped. At most one guard per node in
+    ``created``, as ``transaction_cost`` counts.
+    """
+    to_create: dict[str, None] = {}
+    guards: dict[str, None] = {}
+    covered: set[str] = set()
+    for path in created:
+        node = parent(path)
+        while node != "/" and node not in targets and node not in covered:
+            if node in to_create or node in guards:
+                break  # walked already
+            if node in missing:
+                to_create[node] = None
+                node = parent(node)
+                continue
+            guards[node] = None
+            above = parent(node)
+            while above != "/" and above not in covered:
+                covered.add(above)
+                above = parent(above)
+            break
+    return list(to_create), [node for node in guards if node not in covered]
 
 
 def transaction_cost(ops: Sequence[Op]) -> int:

@@ -6,6 +6,10 @@ no server needed."""
 from __future__ import annotations
 
 import random
+from collections.abc import Set as AbstractSet
+
+from pyetcd import etcdrpc
+from pyetcd.utils import prefix_range_end
 
 from registry.backends.etcd_txn import ETCD_MAX_TXN_OPS, plan_transaction, transaction_cost
 from registry.protocol import Check, Create, Delete, Op, Set
@@ -66,3 +70,43 @@ def test_requests_whose_costs_sum_to_the_limit_fit_one_transaction() -> None:
         compares, writes, reads = _lists(batch)
         assert max(compares, writes, reads) <= cost <= ETCD_MAX_TXN_OPS, batch
         assert plan_transaction(batch, lease=7, missing=set()).guards_fit()
+
+
+def _pins(ops: list[Op], missing: AbstractSet[str] = frozenset()) -> tuple[list[bytes], list[bytes]]:
+    """(parents the plan creates, parents it guards by ``version > 0``)."""
+    plan = plan_transaction(ops, lease=7, missing=set(missing))
+    own = {op.path.encode() for op in ops}
+    created = [
+        key for key, _, result, number in plan.compares if result == etcdrpc.Compare.EQUAL and number == 0
+    ]
+    return [key for key in created if key not in own], [key for key, _, _, _ in plan.optional]
+
+
+def test_each_mark_guards_its_parent_only_as_its_checks_pin_the_rest() -> None:
+    ops = _mark("a") + _mark("b")
+    assert _pins(ops) == ([], [b"/a/running", b"/b/running"])
+
+
+def test_missing_parents_are_created_up_to_the_first_present_one_which_is_guarded() -> None:
+    created, guarded = _pins([Create("/r/a/b/c", b"v")], missing={"/r/a/b", "/r/a"})
+    assert sorted(created) == [b"/r/a", b"/r/a/b"]
+    assert guarded == [b"/r"]
+
+
+def test_a_present_parent_below_another_covers_its_guard() -> None:
+    # /r/x exists, so /r does: one guard pins both creates' parents
+    assert _pins([Create("/r/2", b"v"), Create("/r/x/1", b"v")]) == ([], [b"/r/x"])
+    assert _pins([Create("/r/x/1", b"v"), Create("/r/2", b"v")]) == ([], [b"/r/x"])
+
+
+def test_a_parent_another_op_names_needs_no_guard() -> None:
+    assert _pins([Check("/r/a", 3), Create("/r/a/b", b"v")]) == ([], [])
+    assert _pins([Create("/r/a", b"v"), Create("/r/a/b", b"v")], missing={"/r/a"}) == ([], [b"/r"])
+    assert _pins([Set("/r/a", b"v"), Create("/r/a/b/c", b"v")], missing={"/r/a/b"}) == ([b"/r/a/b"], [])
+
+
+def test_a_delete_removes_the_key_and_exactly_the_range_below_it() -> None:
+    request = plan_transaction([Delete("/j/running/i")], lease=7, missing=set()).request()
+    key, below = (op.request_delete_range for op in request.success)
+    assert (key.key, key.range_end) == (b"/j/running/i", b"")
+    assert (below.key, below.range_end) == (b"/j/running/i/", prefix_range_end(b"/j/running/i/"))
