@@ -247,7 +247,10 @@ def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPla
             success.append((key, op.value, lease if op.ephemeral else 0, False))
             created.append(path)
         elif op.version is not None:
-            compares.append((key, _MOD, _EQ, op.version))
+            # etcd compares an absent key's mod revision as 0, so ``MOD == 0`` would pass
+            # for a node that does not exist: a version below 1 names no node, and is
+            # compared as -1, which no key matches
+            compares.append((key, _MOD, _EQ, op.version if op.version > 0 else -1))
         else:
             compares.append((key, _VERSION, _GT, 0))
         if isinstance(op, Set):

@@ -73,6 +73,11 @@ _FAILURES: dict[str, tuple[Callable[[int], list[Op]], int, type[Exception]]] = {
     "set-stale": (lambda stale: [Create("/ok"), Set("/present", b"x", version=stale)], 1, BadVersionError),
     "delete-stale": (lambda stale: [Delete("/present", version=stale), Create("/ok")], 0, BadVersionError),
     "check-stale": (lambda stale: [Create("/ok"), Check("/present", version=stale)], 1, BadVersionError),
+    # version 0: what etcd's compares read for an absent key's revision
+    "check-absent-at-0": (lambda stale: [Create("/ok"), Check("/absent", version=0)], 1, NoNodeError),
+    "set-absent-at-0": (lambda stale: [Create("/ok"), Set("/absent", b"v", version=0)], 1, NoNodeError),
+    "delete-absent-at-0": (lambda stale: [Delete("/absent", version=0), Create("/ok")], 0, NoNodeError),
+    "check-present-at-0": (lambda stale: [Create("/ok"), Check("/present", version=0)], 1, BadVersionError),
 }
 
 
@@ -94,6 +99,16 @@ def test_failing_op_is_named(reg: BaseRegistry, case: str) -> None:
     assert ops[index].path in str(error)
     assert not reg.exists("/ok")
     assert reg.get("/present") == b"p"
+
+
+def test_a_check_of_an_absent_parent_at_version_0_stops_a_create_below_it(reg: BaseRegistry) -> None:
+    ops: list[Op] = [Check("/a", version=0), Create("/a/b", b"v")]
+    with pytest.raises(TransactionError) as info:
+        reg.transaction(ops)
+    assert info.value.index == 0
+    assert isinstance(info.value.cause, NoNodeError)
+    assert not reg.exists("/a/b")
+    assert not reg.exists("/a")
 
 
 def test_creates_make_missing_parents(reg: BaseRegistry) -> None:
