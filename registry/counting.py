@@ -86,6 +86,10 @@ class CountingRegistry:
         return self._inner.session_timeout
 
     @property
+    def max_txn_ops(self) -> int:
+        return self._inner.max_txn_ops
+
+    @property
     def state(self) -> SessionState:
         return self._inner.state
 

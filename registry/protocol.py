@@ -169,6 +169,12 @@ class RegistryCenter(Protocol):
         ...
 
     @property
+    def max_txn_ops(self) -> int:
+        """The most ops ``transaction`` takes: 128 on every backend unless the URL option
+        ``max_txn_ops`` raises it for a server set up to take more."""
+        ...
+
+    @property
     def state(self) -> SessionState:
         """The latest session state reported to listeners."""
         ...
@@ -227,9 +233,9 @@ class RegistryCenter(Protocol):
     def transaction_cost(self, ops: Sequence[Op]) -> int:
         """The share of one transaction's room that ``ops`` take on this backend.
 
-        Transactions whose costs sum to at most ``MAX_TXN_OPS`` (128) fit ONE transaction
-        of the server as they are, parents they create aside: a group commit fills its
-        shared transactions by this count. ``len(ops)`` where the server takes the ops as
+        Transactions whose costs sum to at most ``max_txn_ops`` (128 by default) fit ONE
+        transaction of the server as they are, parents they create aside: a group commit
+        fills its shared transactions by this count. ``len(ops)`` where the server takes the ops as
         they come (ZooKeeper, memory); more where it expands them (etcd)."""
         ...
 

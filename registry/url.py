@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, unquote
 from registry.paths import validate_path
 from registry.text_enum import TextEnum
 
-__all__ = ["SCHEMES", "Backend", "RegistryURL", "parse_url"]
+__all__ = ["DEFAULT_MAX_TXN_OPS", "SCHEMES", "Backend", "RegistryURL", "parse_url"]
 
 class Backend(TextEnum):
     """The registry backend a URL names (a ``str``, so ``url.backend == "etcd"`` holds)."""
@@ -28,6 +28,10 @@ class Backend(TextEnum):
 SCHEMES = {"zk": Backend.ZOOKEEPER, "zookeeper": Backend.ZOOKEEPER, "etcd": Backend.ETCD, "memory": Backend.MEMORY}
 
 _COMMON_OPTIONS = {"session_timeout": 10.0, "connect_timeout": 5.0}
+#: ``max_txn_ops``: the default is every backend's own (etcd's ``--max-txn-ops``); a larger
+#: value is for a server set up to take it, and the cap keeps a typo from meaning "unbounded"
+DEFAULT_MAX_TXN_OPS = 128
+_MAX_TXN_OPS_CAP = 65_536
 _ETCD_TLS_OPTIONS = ("ca_cert", "cert_key", "cert_cert")
 _HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<host>[A-Za-z0-9_.\-]+))(?::(?P<port>[^:]*))?$")
 _STORE_RE = re.compile(r"^[A-Za-z0-9_.\-]*$")
@@ -50,18 +54,25 @@ class RegistryURL:
     ca_cert: str | None = None
     cert_key: str | None = None
     cert_cert: str | None = None
+    #: the most ops one transaction may hold (``max_txn_ops``; ``registry.backends.base``)
+    max_txn_ops: int = DEFAULT_MAX_TXN_OPS
 
     def masked(self) -> str:
         """The URL as text with the password replaced by ``***``."""
         scheme = "zk" if self.backend == Backend.ZOOKEEPER else str(self.backend)
         if self.backend == "memory":
-            query = f"?link={self.link}" if self.link else ""
+            memory_opts = [f"link={self.link}"] if self.link else []
+            if self.max_txn_ops != DEFAULT_MAX_TXN_OPS:
+                memory_opts.append(f"max_txn_ops={self.max_txn_ops}")
+            query = f"?{'&'.join(memory_opts)}" if memory_opts else ""
             return f"memory://{self.store}{self.namespace}{query}"
         auth = ""
         if self.user is not None:
             auth = f"{self.user}:***@" if self.password is not None else f"{self.user}@"
         hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
         opts = [f"session_timeout={self.session_timeout:g}", f"connect_timeout={self.connect_timeout:g}"]
+        if self.max_txn_ops != DEFAULT_MAX_TXN_OPS:
+            opts.append(f"max_txn_ops={self.max_txn_ops}")
         for name in _ETCD_TLS_OPTIONS:
             value = getattr(self, name)
             if value is not None:
@@ -79,6 +90,18 @@ def _positive_seconds(name: str, raw: object) -> float:
         raise ValueError(f"registry URL option {name!r} must be a number of seconds, got {raw!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"registry URL option {name!r} must be > 0 seconds, got {raw!r}")
+    return value
+
+
+def _txn_ops(raw: object) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, str)) or not str(raw).isdigit():
+        raise ValueError(f"registry URL option 'max_txn_ops' must be a whole number, got {raw!r}")
+    value = int(raw)
+    if not DEFAULT_MAX_TXN_OPS <= value <= _MAX_TXN_OPS_CAP:
+        raise ValueError(
+            f"registry URL option 'max_txn_ops' must be between {DEFAULT_MAX_TXN_OPS} (what every"
+            f" backend takes) and {_MAX_TXN_OPS_CAP}, got {raw!r}"
+        )
     return value
 
 
@@ -187,7 +210,12 @@ def _credentials(netloc: str) -> tuple[str | None, str | None, str]:
 
 
 def _memory_url(
-    netloc: str, namespace: str, options: dict[str, object], session_timeout: float, connect_timeout: float
+    netloc: str,
+    namespace: str,
+    options: dict[str, object],
+    session_timeout: float,
+    connect_timeout: float,
+    max_txn_ops: int,
 ) -> RegistryURL:
     if "@" in netloc:
         raise ValueError("memory:// URLs take no user or password")
@@ -206,6 +234,7 @@ def _memory_url(
         session_timeout=session_timeout,
         connect_timeout=connect_timeout,
         store=netloc,
+        max_txn_ops=max_txn_ops,
     )
 
 
@@ -237,8 +266,9 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
     connect_timeout = _positive_seconds(
         "connect_timeout", options.get("connect_timeout", _COMMON_OPTIONS["connect_timeout"])
     )
+    max_txn_ops = _txn_ops(options.get("max_txn_ops", DEFAULT_MAX_TXN_OPS))
     if backend == Backend.MEMORY:
-        return _memory_url(netloc, namespace, options, session_timeout, connect_timeout)
+        return _memory_url(netloc, namespace, options, session_timeout, connect_timeout, max_txn_ops)
     tls = _tls_options(options)
     user, password, netloc = _credentials(netloc)
     return RegistryURL(
@@ -252,4 +282,5 @@ def _parse(url: str, overrides: dict[str, object]) -> RegistryURL:
         ca_cert=tls["ca_cert"],
         cert_key=tls["cert_key"],
         cert_cert=tls["cert_cert"],
+        max_txn_ops=max_txn_ops,
     )

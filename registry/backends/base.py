@@ -52,7 +52,7 @@ from registry.protocol import (
     Watch,
 )
 from registry.text_enum import TextEnum
-from registry.url import RegistryURL
+from registry.url import DEFAULT_MAX_TXN_OPS, RegistryURL
 
 __all__ = [
     "MAX_TXN_BYTES",
@@ -70,9 +70,10 @@ _T = TypeVar("_T")
 
 # One limit for every backend, inside the strictest server default (ZooKeeper's 1 MiB
 # request, etcd's 128 ops and 1.5 MiB request), so that the same call succeeds or fails
-# the same way everywhere.
+# the same way everywhere. The ops of a transaction may go above MAX_TXN_OPS only where the
+# URL says so (``max_txn_ops``, for a server set up to take more), and then on every backend.
 MAX_VALUE_BYTES = 1_000_000
-MAX_TXN_OPS = 128
+MAX_TXN_OPS = DEFAULT_MAX_TXN_OPS
 MAX_TXN_BYTES = 1_000_000
 #: validated paths a client remembers (a few per job are named on every fire)
 _STORED_MEMO = 65_536
@@ -234,7 +235,7 @@ class BaseRegistry(abc.ABC):
 
     backend_name = "base"
     #: the URL query options this backend takes (documented in its class docstring)
-    url_options: frozenset[str] = frozenset({"session_timeout", "connect_timeout"})
+    url_options: frozenset[str] = frozenset({"session_timeout", "connect_timeout", "max_txn_ops"})
     #: what callers may rely on (``registry.protocol.Characteristic``); a server's by default
     characteristics: frozenset[Characteristic] = frozenset(
         {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
@@ -271,6 +272,10 @@ class BaseRegistry(abc.ABC):
     @property
     def connect_timeout(self) -> float:
         return self._parsed.connect_timeout
+
+    @property
+    def max_txn_ops(self) -> int:
+        return self._parsed.max_txn_ops
 
     @property
     def state(self) -> SessionState:
@@ -579,9 +584,10 @@ class BaseRegistry(abc.ABC):
         return result
 
     def _check_ops(self, ops: list[Op]) -> list[Op]:
-        if len(ops) > MAX_TXN_OPS:
+        if len(ops) > self._parsed.max_txn_ops:
             raise TransactionError(
-                f"transaction has {len(ops)} ops; at most {MAX_TXN_OPS} are allowed on every backend"
+                f"transaction has {len(ops)} ops; at most {self._parsed.max_txn_ops} are allowed"
+                " (URL option max_txn_ops)"
             )
         if ops and self._closed:
             raise RegistryError(f"registry client {self.url} is closed")

@@ -20,6 +20,7 @@ building), ``etcd_errors`` (error mapping).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from registry.backends.etcd_conn import EtcdConnection
 from registry.backends.etcd_session import LeaseKeeper, lease_ttl
 from registry.backends.etcd_txn import (
     ETCD_MAX_TXN_OPS,
+    TOO_MANY_OPS,
     analyse_failure,
     creates_parents,
     delete_ops,
@@ -69,20 +71,30 @@ class EtcdRegistry(BaseRegistry):
     ``etcd://[user:password@]host:port[,host:port...][/namespace]`` (default port 2379).
 
     URL options: ``session_timeout`` (s, default 10: the session lease's TTL),
-    ``connect_timeout`` (s, default 5), and TLS: ``ca_cert`` (the CA to trust),
-    ``cert_key`` with ``cert_cert`` (a client certificate, both or neither), each a file
-    path. ``user:password`` is etcd's user authentication."""
+    ``connect_timeout`` (s, default 5), ``max_txn_ops`` (default 128, etcd's own; more
+    needs the server's ``--max-txn-ops`` at least as high, checked on connecting), and
+    TLS: ``ca_cert`` (the CA to trust), ``cert_key`` with ``cert_cert`` (a client
+    certificate, both or neither), each a file path. ``user:password`` is etcd's user
+    authentication."""
 
     backend_name = "etcd"
-    url_options = frozenset({"session_timeout", "connect_timeout", "ca_cert", "cert_key", "cert_cert"})
+    url_options = frozenset(
+        {"session_timeout", "connect_timeout", "max_txn_ops", "ca_cert", "cert_key", "cert_cert"}
+    )
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)
         self._conn = EtcdConnection(parsed)
         ttl = lease_ttl(parsed.session_timeout)
+        lease_id: int | None = None
         try:
             lease_id = self._conn.open(ttl)
+            if parsed.max_txn_ops > ETCD_MAX_TXN_OPS:
+                self._check_txn_room(parsed.max_txn_ops)
         except BaseException:
+            if lease_id is not None:
+                with contextlib.suppress(RegistryError):
+                    self._conn.revoke(lease_id, min(parsed.connect_timeout, 2.0))
             self._conn.close()
             self._events.stop()
             self._session_events.stop()
@@ -99,6 +111,23 @@ class EtcdRegistry(BaseRegistry):
         )
         self._keeper.start()
         self._supervisor.start()
+
+    def _check_txn_room(self, ops: int) -> None:
+        """Refuse to connect when the server takes fewer ops per list than the URL's
+        ``max_txn_ops`` (its ``--max-txn-ops``, which no API reports): found out here by one
+        read-only request of that many compares, not by the first shared transaction of a
+        group commit failing with every fire in it."""
+        key = enc(self._parsed.namespace + _SENTINEL)  # inside what a user with a role may read
+        probe = etcdrpc.Compare(key=key, target=etcdrpc.Compare.VERSION, result=_GT, version=0)
+        try:
+            self._conn.txn(etcdrpc.TxnRequest(compare=[probe] * ops), idempotent=True, action="read")
+        except RegistryError as exc:
+            if TOO_MANY_OPS not in str(exc):
+                raise
+            raise RegistryError(
+                f"etcd at {self.url} takes fewer than {ops} operations per transaction: start it with"
+                f" --max-txn-ops {ops} (or more), or lower the URL option max_txn_ops"
+            ) from exc
 
     @property
     def lease_id(self) -> int:
@@ -234,7 +263,7 @@ class EtcdRegistry(BaseRegistry):
     def _transaction(self, ops: list[Op]) -> None:
         missing: set[str] | None = None  # None: parents assumed present, not read yet
         for _ in range(_PLAN_ATTEMPTS):
-            plan = plan_transaction(ops, self._keeper.lease_id, missing or set())
+            plan = plan_transaction(ops, self._keeper.lease_id, missing or set(), self.max_txn_ops)
             if missing is None and not plan.guards_fit():
                 # the guards of present parents will be left out: know them for sure first
                 missing = self._absent(creates_parents(ops))
@@ -286,10 +315,10 @@ class EtcdRegistry(BaseRegistry):
             raise
 
     def _absent(self, paths: list[str]) -> set[str]:
-        """Which of ``paths`` do not exist (read in transactions of at most 128 reads)."""
+        """Which of ``paths`` do not exist (read in transactions of ``max_txn_ops`` reads)."""
         absent: set[str] = set()
-        for start in range(0, len(paths), ETCD_MAX_TXN_OPS):
-            chunk = paths[start : start + ETCD_MAX_TXN_OPS]
+        for start in range(0, len(paths), self.max_txn_ops):
+            chunk = paths[start : start + self.max_txn_ops]
             request = etcdrpc.TxnRequest(compare=[], success=[range_op(enc(p)) for p in chunk], failure=[])
             states = read_states(chunk, self._conn.txn(request, idempotent=True, action="read").responses)
             absent.update(p for p, kv in states.items() if kv is None)

@@ -9,8 +9,10 @@ Invariants kept here:
   from ``key`` would also hit siblings such as ``key-1``, which sort before ``key/``);
 - every transaction reads back, in its failure branch, each key it compared, so the
   reason of a failure is known atomically, without a second round trip;
-- no request exceeds etcd's 128 operations per list, and no key is written twice
-  (etcd refuses both with INVALID_ARGUMENT): such requests are refused before sending.
+- no request exceeds the operations per list the server takes (etcd's ``--max-txn-ops``:
+  128 unless the URL's ``max_txn_ops`` says the server was set up for more), and no key is
+  written twice (etcd refuses both with INVALID_ARGUMENT): such requests are refused
+  before sending.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from registry.protocol import Create, Delete, Node, Op, Set
 
 __all__ = [
     "ETCD_MAX_TXN_OPS",
+    "TOO_MANY_OPS",
     "Plan",
     "TxnPlan",
     "analyse_failure",
@@ -48,6 +51,8 @@ __all__ = [
 ]
 
 ETCD_MAX_TXN_OPS = 128  # etcd's --max-txn-ops default, per compare/success/failure list
+#: the error etcd gives a request with more ops in a list than its ``--max-txn-ops``
+TOO_MANY_OPS = "too many operations in txn request"
 
 _EQ = etcdrpc.Compare.EQUAL
 _GT = etcdrpc.Compare.GREATER
@@ -186,16 +191,17 @@ class TxnPlan:
     reads: list[str]
     read_keys: list[bytes] = field(default_factory=list)  # ``reads`` encoded
     optional: list[_Cmp] = field(default_factory=list)  # as ``Plan.optional``
+    limit: int = ETCD_MAX_TXN_OPS  # ops per list the server takes
 
     def guards_fit(self) -> bool:
-        return len(self.compares) + len(self.optional) <= ETCD_MAX_TXN_OPS
+        return len(self.compares) + len(self.optional) <= self.limit
 
     def request(self) -> Any:
         """As ``Plan.request``."""
         compares = self.compares + self.optional if self.guards_fit() else self.compares
-        _check_size("compares", len(compares))
-        _check_size("operations", sum(1 if value is not None else 2 for _, value, _, _ in self.success))
-        _check_size("reads", len(self.reads))
+        _check_size("compares", len(compares), self.limit)
+        _check_size("operations", sum(1 if value is not None else 2 for _, value, _, _ in self.success), self.limit)
+        _check_size("reads", len(self.reads), self.limit)
         request = etcdrpc.TxnRequest()
         add_compare = request.compare.add
         for key, target, result, number in compares:
@@ -224,18 +230,21 @@ class TxnPlan:
         return request
 
 
-def plan_transaction(ops: Sequence[Op], lease: int, missing: set[str]) -> TxnPlan:
+def plan_transaction(
+    ops: Sequence[Op], lease: int, missing: set[str], limit: int = ETCD_MAX_TXN_OPS
+) -> TxnPlan:
     """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents.
 
-    etcd bounds the compares of a request to 128, nested transactions included, and a
-    registry transaction may hold 128 ops. When the ops leave no room for the guards of
-    parents that exist (``guards_fit()`` is false), those guards are left out, so the
-    caller must first have read which parents exist; a recursive delete of such a parent
-    racing with the transaction could then leave the new nodes without their parent key.
+    etcd bounds each list of a request to ``limit`` (its ``--max-txn-ops``), nested
+    transactions included, and a registry transaction may hold as many ops. When the ops
+    leave no room for the guards of parents that exist (``guards_fit()`` is false), those
+    guards are left out, so the caller must first have read which parents exist; a
+    recursive delete of such a parent racing with the transaction could then leave the new
+    nodes without their parent key.
     The failure branch reads only the ops' keys; after a guard failed the caller re-reads
     the parents itself.
     """
-    plan = TxnPlan(compares=[], success=[], reads=[])
+    plan = TxnPlan(compares=[], success=[], reads=[], limit=limit)
     compares, success = plan.compares, plan.success
     targets: dict[str, bytes] = {}
     created: list[str] = []
@@ -308,9 +317,10 @@ def transaction_cost(ops: Sequence[Op]) -> int:
     parents exist: a compare per op plus a guard per created node's parent, a write per
     Create or Set and two per Delete (the key and the range below it), a read per path.
     Costs of several transactions add up to at most the lists of their union, so requests
-    whose costs sum to 128 fit one etcd transaction with every guard. A batch of creates
-    whose parents are missing may still overflow; ``EtcdRegistry`` then reads the parents
-    and leaves the guards out, or refuses the batch as too large (nothing applied)."""
+    whose costs sum to the server's limit fit one etcd transaction with every guard. A
+    batch of creates whose parents are missing may still overflow; ``EtcdRegistry`` then
+    reads the parents and leaves the guards out, or refuses the batch as too large
+    (nothing applied)."""
     compares = writes = len(ops)
     for op in ops:
         if isinstance(op, Create):
@@ -345,8 +355,6 @@ def analyse_failure(ops: Sequence[Op], plan: Plan | TxnPlan, responses: Iterable
     raise_first_failed_op(ops, version_of)
 
 
-def _check_size(name: str, count: int) -> None:
-    if count > ETCD_MAX_TXN_OPS:
-        raise TransactionError(
-            f"transaction needs {count} etcd {name}; etcd allows at most {ETCD_MAX_TXN_OPS} per list"
-        )
+def _check_size(name: str, count: int, limit: int = ETCD_MAX_TXN_OPS) -> None:
+    if count > limit:
+        raise TransactionError(f"transaction needs {count} etcd {name}; etcd allows at most {limit} per list")

@@ -386,14 +386,14 @@ class MemoryRegistry(BaseRegistry):
     """A client of an in-process store: ``memory://[store][/namespace][?options]``.
 
     URL options: ``session_timeout`` (s, default 10: how long a cut-off client keeps its
-    session), ``connect_timeout`` (s, default 5), ``link`` (a name whose clients
-    ``MemoryStore.cut_link`` severs together: a "network" for fault injection). No hosts,
-    no user or password."""
+    session), ``connect_timeout`` (s, default 5), ``max_txn_ops`` (default 128, as on
+    every backend), ``link`` (a name whose clients ``MemoryStore.cut_link`` severs
+    together: a "network" for fault injection). No hosts, no user or password."""
 
     """A client of a :class:`MemoryStore` with its own session."""
 
     backend_name = "memory"
-    url_options = frozenset({"session_timeout", "connect_timeout", "link"})
+    url_options = frozenset({"session_timeout", "connect_timeout", "max_txn_ops", "link"})
     #: in this process only, and its calls never wait on a network
     characteristics: frozenset[Characteristic] = frozenset()
 

@@ -96,7 +96,8 @@ class ZooKeeperRegistry(BaseRegistry):
 
     URL options: ``session_timeout`` (s, default 10; the server bounds it to 2-20 ticks),
     ``connect_timeout`` (s, default 5: the wait for a first session, and for the server
-    to answer each connection attempt, see ``zookeeper_connect``). ``user:password`` is
+    to answer each connection attempt, see ``zookeeper_connect``), ``max_txn_ops``
+    (default 128; a multi request is bounded by its bytes only). ``user:password`` is
     digest authentication: the nodes this client creates are writable by that identity
     only, readable by all."""
 

@@ -49,7 +49,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from registry.backends.base import MAX_TXN_OPS
 from registry.errors import RegistryError, TransactionError
 from registry.protocol import Check, Delete, Op, RegistryCenter
 
@@ -83,8 +82,8 @@ class _Request:
 class TransactionBatcher:
     """Group commit of independent transactions over ``reg`` (module docstring).
 
-    The defaults fill a shared transaction to the protocol's 128 of the backend's
-    ``transaction_cost`` and half of its 1 MB of values.
+    The defaults fill a shared transaction to the registry's ``max_txn_ops`` (128 unless
+    its URL raises it) of the backend's ``transaction_cost`` and half of its 1 MB of values.
     """
 
     def __init__(
@@ -98,7 +97,7 @@ class TransactionBatcher:
         name: str = "shardjob-commit",
     ) -> None:
         if max_ops is None:
-            max_ops = MAX_TXN_OPS
+            max_ops = reg.max_txn_ops
         if max_ops < 1 or max_bytes < 1 or max_delay < 0 or committers < 1:
             raise ValueError("max_ops, max_bytes and committers must be >= 1 and max_delay >= 0")
         self._reg = reg

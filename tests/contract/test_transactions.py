@@ -194,6 +194,18 @@ def test_too_many_ops_fail_and_apply_nothing(reg: BaseRegistry) -> None:
     assert reg.children("/many") == []
 
 
+def test_max_txn_ops_raises_the_limit_alike_on_every_backend(harness: Harness) -> None:
+    roomy = harness.connect(max_txn_ops=256)
+    assert roomy.max_txn_ops == 256
+    roomy.create("/many")
+    roomy.transaction([Create(f"/many/n{i:03d}", b"v") for i in range(256)])
+    assert len(roomy.children("/many")) == 256
+    with pytest.raises(TransactionError, match="256") as info:
+        roomy.transaction([Create(f"/more/n{i:03d}", b"v") for i in range(257)])
+    assert info.value.index is None
+    assert not roomy.exists("/more")
+
+
 def test_too_many_bytes_fail_and_apply_nothing(reg: BaseRegistry) -> None:
     chunk = MAX_TXN_BYTES // 2 + 1
     ops: list[Op] = [Create("/b1", b"x" * chunk), Create("/b2", b"y" * chunk)]

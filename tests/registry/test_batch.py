@@ -19,7 +19,9 @@ from registry.counting import CountingRegistry
 from registry.errors import TransactionError
 from registry.protocol import Check, Create, Delete, Op
 from registry.recipes.batch import BatcherClosed, TransactionBatcher, _Request
+from tests.harness import Harness
 from tests.outcomes import Outcomes
+from tests.servers.etcd import ROOMY_TXN_OPS
 
 
 class _Recording(CountingRegistry):
@@ -165,6 +167,35 @@ def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) 
     assert MAX_TXN_OPS // 2 < max(recording.costs) <= MAX_TXN_OPS  # filled past half, never past the limit
     assert max(size for _, size in recording.sent) <= MAX_TXN_BYTES
     assert all(reg.exists(f"{job}/running/i") for job in versions)
+
+
+def test_a_raised_max_txn_ops_fills_shared_transactions_past_the_default(harness: Harness) -> None:
+    # the suite's etcd server takes ROOMY_TXN_OPS per list; ZooKeeper and memory count no ops
+    roomy = harness.connect(max_txn_ops=ROOMY_TXN_OPS)
+    jobs = [f"/job-{n:04d}" for n in range(2_000)]
+    setup = TransactionBatcher(roomy)
+    try:
+        made = _run_all(setup, {job: [Create(f"{job}/instances/i", b"{}"), Create(f"{job}/running", b"")] for job in jobs})
+    finally:
+        setup.close()
+    assert set(made.by_key.values()) == {None}
+
+    def mark_ops(job: str) -> list[Op]:
+        return [Check(f"{job}/instances/i"), Check(f"{job}/instances/i"), Create(f"{job}/running/i", b"{}", ephemeral=True)]
+
+    recording = _Recording(roomy)
+    marks = TransactionBatcher(recording)
+    assert marks.max_ops == ROOMY_TXN_OPS  # the registry's limit, not the protocol's default
+    try:
+        marked = _run_all(marks, {job: mark_ops(job) for job in jobs})
+    finally:
+        marks.close()
+    assert set(marked.by_key.values()) == {None}
+    assert recording.refused == []  # the server took every shared transaction
+    assert MAX_TXN_OPS < max(recording.costs) <= ROOMY_TXN_OPS
+    per_commit = ROOMY_TXN_OPS // roomy.transaction_cost(mark_ops(jobs[0]))
+    assert len(recording.sent) <= 1.5 * len(jobs) / per_commit
+    assert all(roomy.exists(f"{job}/running/i") for job in jobs[::100])
 
 
 def test_a_closed_batcher_commits_what_is_queued_and_refuses_more(reg: BaseRegistry) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import random
 from collections.abc import Set as AbstractSet
 
+import pytest
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
 from registry.backends.etcd_txn import ETCD_MAX_TXN_OPS, plan_transaction, transaction_cost
+from registry.errors import TransactionError
 from registry.protocol import Check, Create, Delete, Op, Set
 
 
@@ -110,3 +112,14 @@ def test_a_delete_removes_the_key_and_exactly_the_range_below_it() -> None:
     key, below = (op.request_delete_range for op in request.success)
     assert (key.key, key.range_end) == (b"/j/running/i", b"")
     assert (below.key, below.range_end) == (b"/j/running/i/", prefix_range_end(b"/j/running/i/"))
+
+
+def test_a_raised_limit_fits_more_marks_with_every_guard() -> None:
+    marks = [op for n in range(64) for op in _mark(f"job-{n}")]  # 4 compares each: 256
+    roomy = plan_transaction(marks, lease=7, missing=set(), limit=256)
+    assert roomy.guards_fit()
+    assert len(roomy.request().compare) == 256
+    default = plan_transaction(marks, lease=7, missing=set())
+    assert not default.guards_fit()  # 192 compares without the guards: still too many
+    with pytest.raises(TransactionError, match="at most 128 per list"):
+        default.request()

@@ -108,6 +108,24 @@ def test_memory_urls() -> None:
     assert parsed.hosts == ()
 
 
+def test_max_txn_ops_defaults_to_what_every_backend_takes() -> None:
+    assert parse_url("etcd://h/ns").max_txn_ops == 128
+    assert parse_url("zk://h/ns?max_txn_ops=1024").max_txn_ops == 1024
+    assert parse_url("memory://s/ns?max_txn_ops=256").max_txn_ops == 256
+    assert parse_url("etcd://h", max_txn_ops=512).max_txn_ops == 512
+    raised = parse_url("etcd://h/ns?max_txn_ops=1024")
+    assert "max_txn_ops=1024" in raised.masked() and parse_url(raised.masked()) == raised
+    assert parse_url(parse_url("memory://s/ns?max_txn_ops=256").masked()).max_txn_ops == 256
+    assert "max_txn_ops" not in parse_url("etcd://h").masked()  # the default is not spelt out
+
+
+@pytest.mark.parametrize("value", ["127", "0", "-1", "abc", "1.5", "65537", "1e3"])
+def test_a_bad_max_txn_ops_is_named(value: str) -> None:
+    with pytest.raises(ValueError, match="max_txn_ops") as info:
+        parse_url(f"etcd://h/ns?max_txn_ops={value}")
+    assert repr(value) in str(info.value)
+
+
 def test_masked_round_trips() -> None:
     parsed = parse_url(f"zk://u:{SECRET}@h1:1,h2:2/ns?session_timeout=3&connect_timeout=4")
     again = parse_url(parsed.masked())

@@ -19,9 +19,15 @@ from tests.servers.ports import LOOPBACK, free_port
 from tests.servers.process import ServerProcess, ServerStartError, run_tool, stop_together
 from tests.servers.tls import TLSFiles
 
-__all__ = ["EtcdCluster", "EtcdServer", "etcd_available", "etcd_write_check"]
+__all__ = ["ROOMY_TXN_OPS", "EtcdCluster", "EtcdServer", "etcd_available", "etcd_write_check"]
 
 _PROBE_KEY = b"shardjob-test-ready"
+
+
+#: operations per transaction list the suite's etcd servers take (``--max-txn-ops``; etcd's
+#: default is 128), as compose's server does: the contract tests of the URL option
+#: ``max_txn_ops`` need a server that takes more than the default
+ROOMY_TXN_OPS = 1024
 
 
 def etcd_available() -> str | None:
@@ -140,6 +146,7 @@ class EtcdServer(ServerProcess):
             "--initial-cluster-token", "shardjob-test",
             "--log-level", "warn",
             "--logger", "zap",
+            "--max-txn-ops", str(ROOMY_TXN_OPS),
         ]  # fmt: skip
         if self.tls:
             argv += [
