@@ -34,8 +34,12 @@ With ``--gc-threshold N`` every child, APScheduler's too, runs with the garbage 
 first threshold at N, as ``shardjob worker`` runs (``scheduler/gc_tuning.py``); by default
 Python's, as in an application that embeds a ``Scheduler``.
 
+With ``--etcd-max-txn-ops N`` etcd also runs a second time (``shardjob-etcd-N``) with the
+URL option ``max_txn_ops=N``: its group commit fills transactions of up to N ops per list
+instead of etcd's default 128 (the servers the benchmark starts take 1,024).
+
 Usage: ``.venv/bin/python -m benchmarks.scheduler_lateness [--quick] [--jobs 1000,10000]
-[--backends memory,zookeeper,etcd] [--gc-threshold 20000]``
+[--backends memory,zookeeper,etcd] [--gc-threshold 20000] [--etcd-max-txn-ops 1024]``
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from benchmarks.common import summarize as _summarize
 from benchmarks.raw_limit import raw_batched_writes
 from benchmarks.server_counters import read_count
 from benchmarks.start_cost import start_bound
+from registry.url import DEFAULT_MAX_TXN_OPS
 from scheduler.gc_tuning import WORKER_GC_THRESHOLD, tune_gc
 
 __all__ = ["NAME", "SCHEDULERS", "main", "render", "summary"]
@@ -551,6 +556,8 @@ def _run_child(
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from tests.servers.etcd import ROOMY_TXN_OPS  # what the etcd server started here takes
+
     parser = base_parser(__doc__.splitlines()[0] if __doc__ else NAME)
     parser.add_argument(
         "--jobs", default=None, help="comma-separated job counts (default 1000,10000; quick 200)"
@@ -566,6 +573,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--backends", default=None, help="comma-separated registries (default memory,zookeeper,etcd; quick memory)"
+    )
+    parser.add_argument(
+        "--etcd-max-txn-ops",
+        type=int,
+        default=None,
+        help=f"also run etcd with the URL option max_txn_ops=N (128 < N <= {ROOMY_TXN_OPS} on a server started here)",
     )
     parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
     add_gc_threshold(parser, "every child, APScheduler's too")
@@ -586,6 +599,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"unknown backend(s) {unknown}; known: {', '.join(BACKENDS)}")
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    roomy = args.etcd_max_txn_ops
+    if roomy is not None:
+        if "etcd" not in args.backends:
+            parser.error("--etcd-max-txn-ops needs etcd among --backends")
+        if not DEFAULT_MAX_TXN_OPS < roomy <= (65_536 if args.etcd else ROOMY_TXN_OPS):
+            parser.error(f"--etcd-max-txn-ops must be above 128 and at most what the server takes, got {roomy}")
     return args
 
 
@@ -610,15 +629,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         tempfile.TemporaryDirectory(prefix="shardjob-bench-lateness-") as tmp,
     ):
         address = {"zookeeper": live.zookeeper, "etcd": live.etcd}
-        runs: dict[str, tuple[str, str]] = {}  # label -> (registry URL, counter)
+        runs: dict[str, tuple[str, str, str]] = {}  # label -> (registry URL, its query, counter)
         for backend in args.backends:
             if backend == "memory":
-                runs[_label(backend)] = ("", "")
+                runs[_label(backend)] = ("", "", "")
             else:
                 scheme = "zk" if backend == "zookeeper" else "etcd"
                 where = address[backend]
                 assert where is not None
-                runs[_label(backend)] = (f"{scheme}://{where}/bench-lateness", f"{backend}={where}")
+                runs[_label(backend)] = (f"{scheme}://{where}/bench-lateness", "", f"{backend}={where}")
+        if args.etcd_max_txn_ops is not None:
+            url, _, counter = runs[_label("etcd")]
+            runs[f"{_label('etcd')}-{args.etcd_max_txn_ops}"] = (url, f"?max_txn_ops={args.etcd_max_txn_ops}", counter)
         labels = [*runs, *schedulers[1:]]
         for jobs in args.jobs:
             bound = args.child_timeout or child_bound(jobs, window, args.warmup)
@@ -626,13 +648,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for index in range(args.rounds):
                 order = labels if index % 2 == 0 else labels[::-1]
                 for label in order:
-                    registry, counter = runs.get(label, ("", ""))
+                    registry, query, counter = runs.get(label, ("", "", ""))
                     if registry:  # a fresh namespace per run: no job of an earlier run is left there
-                        registry = f"{registry}-{jobs}-{index}"
+                        registry = f"{registry}-{jobs}-{index}{query}"
+                    child = label if label in SCHEDULERS else _label("etcd")  # etcd with max_txn_ops
                     figures = _run_child(
-                        label, jobs, window, args.warmup, bound, Path(tmp), index, registry=registry, counter=counter,
-                        gc_threshold=args.gc_threshold,
+                        child, jobs, window, args.warmup, bound, Path(tmp), index, registry=registry, counter=counter,
+                        gc_threshold=args.gc_threshold, tag=label[len(child):],
                     )  # fmt: skip
+                    figures["scheduler"] = label
                     rounds[label].append(figures)
             results[str(jobs)] = {name: pool_rounds(rounds[name]) for name in labels}
         for backend in args.backends:
@@ -672,6 +696,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "apscheduler_settings": {"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
         "anchor_skipped": anchor_skipped,
         "backends": args.backends,
+        "etcd_max_txn_ops": args.etcd_max_txn_ops,
         "gc_threshold": args.gc_threshold,
         "raw_batched_writes_per_s": limits,
         "results": results,
@@ -692,6 +717,17 @@ def _collector(document: dict[str, Any]) -> str:
     return (
         f"Both schedulers run with the garbage collector's first threshold at {threshold:,} "
         f"(`--gc-threshold`; `shardjob worker` sets {WORKER_GC_THRESHOLD:,}), not Python's 700."
+    )
+
+
+def _roomy(document: dict[str, Any]) -> str:
+    ops = document.get("etcd_max_txn_ops")
+    if not ops:
+        return ""
+    return (
+        f" `shardjob-etcd-{ops}` is etcd again with the URL option `max_txn_ops={ops}` on a server started "
+        f"with `--max-txn-ops` at least that high: its group commit fills transactions of up to {ops} ops per "
+        "list instead of etcd's default 128."
     )
 
 
@@ -750,7 +786,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
-        "windows, per fire run. " + _collector(document),
+        "windows, per fire run. " + _collector(document) + _roomy(document),
         "",
         "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | p99 per round ms | threads | RSS MiB "
         "| CPU µs / fire | start s | server req/s (per job-fire) |",
