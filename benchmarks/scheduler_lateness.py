@@ -603,7 +603,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if roomy is not None:
         if "etcd" not in args.backends:
             parser.error("--etcd-max-txn-ops needs etcd among --backends")
-        if not DEFAULT_MAX_TXN_OPS < roomy <= (65_536 if args.etcd else ROOMY_TXN_OPS):
+        started_here = not args.etcd  # else the URL option's own bound applies, and the server's
+        if roomy <= DEFAULT_MAX_TXN_OPS or (started_here and roomy > ROOMY_TXN_OPS):
             parser.error(f"--etcd-max-txn-ops must be above 128 and at most what the server takes, got {roomy}")
     return args
 

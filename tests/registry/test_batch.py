@@ -170,7 +170,7 @@ def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) 
 
 
 def test_a_raised_max_txn_ops_fills_shared_transactions_past_the_default(harness: Harness) -> None:
-    # the suite's etcd server takes ROOMY_TXN_OPS per list; ZooKeeper and memory count no ops
+    # the suite's etcd server takes ROOMY_TXN_OPS ops per list; ZooKeeper and memory any number
     roomy = harness.connect(max_txn_ops=ROOMY_TXN_OPS)
     jobs = [f"/job-{n:04d}" for n in range(2_000)]
     setup = TransactionBatcher(roomy)
