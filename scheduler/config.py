@@ -76,7 +76,7 @@ def _frozen_props(props: Mapping[str, str]) -> Mapping[str, str]:
     return MappingProxyType(dict(props))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobConfig:
     """One job's configuration; ElasticJob's fields and defaults (see the module doc)."""
 

@@ -177,6 +177,31 @@ class _LaunchedRun:
 
 
 class JobRunner:
+    __slots__ = (
+        "_config",
+        "_delay",
+        "_error_handler",
+        "_fire_callback",
+        "_fire_key",
+        "_halted",
+        "_idle",
+        "_item_runner",
+        "_jittered",
+        "_listeners",
+        "_lock",
+        "_on_shutdown_request",
+        "_owed",
+        "_parameters",
+        "_registered_at",
+        "_reported",
+        "_rt",
+        "_running",
+        "_schedule",
+        "_sharding",
+        "local_config",
+        "paths",
+    )
+
     def __init__(
         self,
         runtime: Runtime,
@@ -252,7 +277,7 @@ class JobRunner:
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
             missed_fires=self._missed_fires,
-            on_resharded=functools.partial(self._rt.observer.resharded, self.name),
+            on_resharded=self._resharded,
             commit=self._rt.commit,
             on_leading=None if self._rt.layout is None else self._rt.layout.upgrade,
             paths=self.paths,
@@ -510,6 +535,9 @@ class JobRunner:
         except (RegistryError, ShardingError):
             log.warning("job %s: reconcile failed", self.name, exc_info=True)
         self._schedule_reconcile()
+
+    def _resharded(self, epoch: int, seconds: float) -> None:
+        self._rt.observer.resharded(self.name, epoch, seconds)
 
     def _missed_fires(self, since: float, until: float) -> list[float]:
         """The schedule's fire times in (since, until], for failover of a departed instance."""

@@ -78,7 +78,7 @@ def _each(items: Sequence[T], action: Callable[[T], R]) -> list[R]:
         return list(pool.map(action, items))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Registration:
     """A job as added: what ``start()`` (or a later ``add_job``) runs."""
 

@@ -76,7 +76,7 @@ def decode_items(text: str) -> list[int]:
     return items
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Assignment:
     epoch: int
     state: AssignmentState

@@ -54,6 +54,21 @@ _WRITTEN_KEPT = 8
 class Membership:
     """Registers ``identity`` (and its server) in ``paths``' job (module docstring)."""
 
+    __slots__ = (
+        "_cache",
+        "_cancelled",
+        "_commit",
+        "_lock",
+        "_paths",
+        "_reg",
+        "_value",
+        "_written",
+        "identity",
+        "path",
+        "server_path",
+        "version",
+    )
+
     def __init__(
         self,
         reg: RegistryCenter,

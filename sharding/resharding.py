@@ -68,6 +68,21 @@ class Resharding:
     """One job's resharding on one instance: acts only while ``election`` says this
     instance leads. ``service`` gives the cluster as its cache shows it."""
 
+    __slots__ = (
+        "_cache",
+        "_commit",
+        "_election",
+        "_last_race",
+        "_marks_unchecked",
+        "_missed_fires",
+        "_on_resharded",
+        "_ran_at_fence",
+        "_reg",
+        "_reshard_lock",
+        "_service",
+        "paths",
+    )
+
     def __init__(
         self,
         service: ShardingService,

@@ -44,7 +44,7 @@ log = logging.getLogger("sharding")
 CorruptReporter = Callable[[str, int, str], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CurrentAssignment:
     """A READY assignment and the registry version it was read at (the fencing token)."""
 
@@ -79,6 +79,21 @@ class MarkRequest:
 
 class RunMarks:
     """Plans, adopts and clears this instance's running mark of one job (module docstring)."""
+
+    __slots__ = (
+        "_cache",
+        "_fence",
+        "_own_instance",
+        "_paths",
+        "_persistent",
+        "_reg",
+        "_registration_version",
+        "_report_corrupt",
+        "held",
+        "in_doubt",
+        "last_fire",
+        "path",
+    )
 
     def __init__(
         self,

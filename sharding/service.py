@@ -65,6 +65,33 @@ class _Phase(enum.Enum):
 class ShardingService:
     """Sharding of ``job`` as seen from ``identity``; see the module docstring."""
 
+    __slots__ = (
+        "_assignment_listeners",
+        "_cache",
+        "_cancelled",
+        "_commit",
+        "_decoded",
+        "_election",
+        "_evaluation_pending",
+        "_executor",
+        "_last_ready",
+        "_max_epoch",
+        "_on_leading",
+        "_own_cache",
+        "_phase",
+        "_reg",
+        "_rejoin",
+        "_reported_corrupt",
+        "_resharding",
+        "_settings",
+        "_state_lock",
+        "identity",
+        "marks",
+        "membership",
+        "paths",
+        "wait_timeout",
+    )
+
     def __init__(
         self,
         reg: RegistryCenter,
@@ -129,8 +156,8 @@ class ShardingService:
             self.paths,
             identity.instance_id,
             self._cache,
-            registration_version=lambda: self.membership.version,
-            persistent=lambda: self._settings.failover,
+            registration_version=self._registration_version,
+            persistent=self._failover_on,
             report_corrupt=self.report_corrupt,
         )
         self._election = LeaderElection(
@@ -322,6 +349,14 @@ class ShardingService:
     def epoch_floor(self) -> int:
         """The highest epoch this instance has seen."""
         return self._max_epoch
+
+    # bound methods, not lambdas, for the per-job callbacks: a closure costs three times the
+    # memory, and every job of the process holds them
+    def _registration_version(self) -> int | None:
+        return self.membership.version
+
+    def _failover_on(self) -> bool:
+        return self._settings.failover
 
     def report_corrupt(self, path: str, version: int, problem: str) -> None:
         """Log a node of this job that does not decode, once per version; the leader's

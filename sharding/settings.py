@@ -10,7 +10,7 @@ from sharding.strategy_loader import get_strategy
 __all__ = ["ShardingSettings"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShardingSettings:
     total: int
     strategy: str = "AVG_ALLOCATION"

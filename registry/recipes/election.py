@@ -50,6 +50,24 @@ log = logging.getLogger("registry.election")
 class LeaderElection:
     """Campaign for the node at ``path`` with ``identifier`` as its value."""
 
+    __slots__ = (
+        "_cache",
+        "_commit",
+        "_defer",
+        "_identifier",
+        "_lock",
+        "_on_elected",
+        "_on_revoked",
+        "_participating",
+        "_path",
+        "_reg",
+        "_started",
+        "_stopped",
+        "_term_path",
+        "_version",
+        "_watch",
+    )
+
     def __init__(
         self,
         reg: RegistryCenter,
