@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from registry.paths import join, parent
+from registry.paths import join, parent, shared
 
 __all__ = ["SYSTEM_ROOT", "JobPaths", "is_leaf", "is_running_marks", "validate_job_name"]
 
@@ -47,7 +47,11 @@ def is_running_marks(path: str) -> bool:
 
 @dataclass(frozen=True)
 class JobPaths:
-    """Every path of one job; each is built once (they are read on every fire)."""
+    """Every path of one job; each is built once (they are read on every fire).
+
+    Each is ``registry.paths.shared``: the cache, the watch and the registry key their maps
+    by that same ``str``, so a job's paths are stored once in the process, not once here
+    and again in the maps."""
 
     job: str
 
@@ -56,75 +60,75 @@ class JobPaths:
 
     @cached_property
     def root(self) -> str:
-        return "/" + self.job
+        return shared("/" + self.job)
 
     @cached_property
     def config(self) -> str:
-        return join(self.root, "config")
+        return shared(join(self.root, "config"))
 
     @cached_property
     def instances(self) -> str:
-        return join(self.root, "instances")
+        return shared(join(self.root, "instances"))
 
     def instance(self, instance_id: str) -> str:
-        return join(self.instances, instance_id)
+        return shared(join(self.instances, instance_id))
 
     @cached_property
     def servers(self) -> str:
-        return join(self.root, "servers")
+        return shared(join(self.root, "servers"))
 
     def server(self, ip: str) -> str:
-        return join(self.servers, ip)
+        return shared(join(self.servers, ip))
 
     @cached_property
     def leader(self) -> str:
-        return join(self.root, "leader", "election", "instance")
+        return shared(join(self.root, "leader", "election", "instance"))
 
     @cached_property
     def necessary(self) -> str:
-        return join(self.root, "leader", "sharding", "necessary")
+        return shared(join(self.root, "leader", "sharding", "necessary"))
 
     @cached_property
     def assignment(self) -> str:
-        return join(self.root, "sharding", "assignment")
+        return shared(join(self.root, "sharding", "assignment"))
 
     @cached_property
     def disabled_items(self) -> str:
-        return join(self.root, "sharding", "disabled")
+        return shared(join(self.root, "sharding", "disabled"))
 
     @cached_property
     def running(self) -> str:
-        return join(self.root, "running")
+        return shared(join(self.root, "running"))
 
     def running_of(self, instance_id: str) -> str:
-        return join(self.running, instance_id)
+        return shared(join(self.running, instance_id))
 
     @cached_property
     def guarantee(self) -> str:
         """``guarantee/{fire}``: once-per-cluster listeners' progress through a fire."""
-        return join(self.root, "guarantee")
+        return shared(join(self.root, "guarantee"))
 
     @cached_property
     def failover(self) -> str:
-        return join(self.root, "leader", "failover")
+        return shared(join(self.root, "leader", "failover"))
 
     @cached_property
     def failover_items(self) -> str:
-        return join(self.failover, "items")
+        return shared(join(self.failover, "items"))
 
     @cached_property
     def triggers(self) -> str:
-        return join(self.root, "trigger")
+        return shared(join(self.root, "trigger"))
 
     def trigger(self, instance_id: str) -> str:
-        return join(self.triggers, instance_id)
+        return shared(join(self.triggers, instance_id))
 
     @cached_property
     def shutdowns(self) -> str:
-        return join(self.root, "shutdown")
+        return shared(join(self.root, "shutdown"))
 
     def shutdown(self, instance_id: str) -> str:
-        return join(self.shutdowns, instance_id)
+        return shared(join(self.shutdowns, instance_id))
 
 
 def _leaf_tails() -> frozenset[tuple[str, ...]]:
