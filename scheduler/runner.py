@@ -177,6 +177,7 @@ class _LaunchedRun:
 
 
 class JobRunner:
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_config",
         "_delay",

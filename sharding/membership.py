@@ -54,6 +54,7 @@ _WRITTEN_KEPT = 8
 class Membership:
     """Registers ``identity`` (and its server) in ``paths``' job (module docstring)."""
 
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_cache",
         "_cancelled",

@@ -68,6 +68,7 @@ class Resharding:
     """One job's resharding on one instance: acts only while ``election`` says this
     instance leads. ``service`` gives the cluster as its cache shows it."""
 
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_cache",
         "_commit",

@@ -80,6 +80,7 @@ class MarkRequest:
 class RunMarks:
     """Plans, adopts and clears this instance's running mark of one job (module docstring)."""
 
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_cache",
         "_fence",

@@ -65,6 +65,7 @@ class _Phase(enum.Enum):
 class ShardingService:
     """Sharding of ``job`` as seen from ``identity``; see the module docstring."""
 
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_assignment_listeners",
         "_cache",

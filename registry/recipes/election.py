@@ -50,6 +50,7 @@ log = logging.getLogger("registry.election")
 class LeaderElection:
     """Campaign for the node at ``path`` with ``identifier`` as its value."""
 
+    # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_cache",
         "_commit",
