@@ -45,6 +45,11 @@ def is_running_marks(path: str) -> bool:
     return path.count("/") == 2 and path.endswith("/running")
 
 
+def _path(base: str, *names: str) -> str:
+    """``join``, as the one shared ``str`` of the path (``JobPaths``' docstring)."""
+    return shared(join(base, *names))
+
+
 @dataclass(frozen=True)
 class JobPaths:
     """Every path of one job; each is built once (they are read on every fire).
@@ -60,75 +65,75 @@ class JobPaths:
 
     @cached_property
     def root(self) -> str:
-        return shared("/" + self.job)
+        return _path("/", self.job)
 
     @cached_property
     def config(self) -> str:
-        return shared(join(self.root, "config"))
+        return _path(self.root, "config")
 
     @cached_property
     def instances(self) -> str:
-        return shared(join(self.root, "instances"))
+        return _path(self.root, "instances")
 
     def instance(self, instance_id: str) -> str:
-        return shared(join(self.instances, instance_id))
+        return _path(self.instances, instance_id)
 
     @cached_property
     def servers(self) -> str:
-        return shared(join(self.root, "servers"))
+        return _path(self.root, "servers")
 
     def server(self, ip: str) -> str:
-        return shared(join(self.servers, ip))
+        return _path(self.servers, ip)
 
     @cached_property
     def leader(self) -> str:
-        return shared(join(self.root, "leader", "election", "instance"))
+        return _path(self.root, "leader", "election", "instance")
 
     @cached_property
     def necessary(self) -> str:
-        return shared(join(self.root, "leader", "sharding", "necessary"))
+        return _path(self.root, "leader", "sharding", "necessary")
 
     @cached_property
     def assignment(self) -> str:
-        return shared(join(self.root, "sharding", "assignment"))
+        return _path(self.root, "sharding", "assignment")
 
     @cached_property
     def disabled_items(self) -> str:
-        return shared(join(self.root, "sharding", "disabled"))
+        return _path(self.root, "sharding", "disabled")
 
     @cached_property
     def running(self) -> str:
-        return shared(join(self.root, "running"))
+        return _path(self.root, "running")
 
     def running_of(self, instance_id: str) -> str:
-        return shared(join(self.running, instance_id))
+        return _path(self.running, instance_id)
 
     @cached_property
     def guarantee(self) -> str:
         """``guarantee/{fire}``: once-per-cluster listeners' progress through a fire."""
-        return shared(join(self.root, "guarantee"))
+        return _path(self.root, "guarantee")
 
     @cached_property
     def failover(self) -> str:
-        return shared(join(self.root, "leader", "failover"))
+        return _path(self.root, "leader", "failover")
 
     @cached_property
     def failover_items(self) -> str:
-        return shared(join(self.failover, "items"))
+        return _path(self.failover, "items")
 
     @cached_property
     def triggers(self) -> str:
-        return shared(join(self.root, "trigger"))
+        return _path(self.root, "trigger")
 
     def trigger(self, instance_id: str) -> str:
-        return shared(join(self.triggers, instance_id))
+        return _path(self.triggers, instance_id)
 
     @cached_property
     def shutdowns(self) -> str:
-        return shared(join(self.root, "shutdown"))
+        return _path(self.root, "shutdown")
 
     def shutdown(self, instance_id: str) -> str:
-        return shared(join(self.shutdowns, instance_id))
+        return _path(self.shutdowns, instance_id)
 
 
 def _leaf_tails() -> frozenset[tuple[str, ...]]:
