@@ -16,10 +16,11 @@ How a resharding goes (the leader only; any instance may raise the flag):
    stale leader's write fails), replaces the assignment node, and deletes the flag at the
    version it read (a change that raised the flag again meanwhile makes it start over).
 
-A job with no assignment node at all (a new job) skips steps 1 and 2: the missing node
-is the flag, and no run can start without it; step 4 creates the node. A leader that
-finds the assignment out of date while it reshards anyway (a restarted process at
-``start()``) skips step 1: its fence is as durable a sign, and as binding on runs.
+A job with no assignment node at all (a new job) skips steps 1 to 3: the missing node
+is the flag, and no run can start without it (so there is no mark to wait for or read);
+step 4 creates the node. A leader that finds the assignment out of date while it
+reshards anyway (a restarted process at ``start()``) skips step 1: its fence is as
+durable a sign, and as binding on runs.
 
 That is O(1) registry operations whatever the item and instance counts.
 
@@ -284,7 +285,9 @@ class Resharding:
         # the marks are read below and departed ones removed with the new assignment, which
         # spares the next evaluation its own read; a departure meanwhile sets it again
         self._marks_unchecked = False
-        if settings.monitor_execution:
+        if node is None:
+            running = []  # no assignment, no mark: every mark checks its version
+        elif settings.monitor_execution:
             waited = self._wait_runs_finished()
             if waited is None:
                 self._marks_unchecked = True

@@ -563,16 +563,21 @@ def test_the_leader_reshards_on_its_own_flag_without_waiting_to_see_it(
     )
 
 
-class _Transactions(CountingRegistry):
-    """Keeps every transaction the service sends."""
+class _Recorder(CountingRegistry):
+    """Keeps every transaction the service sends and every path it lists."""
 
     def __init__(self, inner: BaseRegistry) -> None:
         super().__init__(inner)
         self.sent: list[list[Op]] = []
+        self.listed: list[str] = []
 
     def transaction(self, ops: Sequence[Op]) -> None:
         self.sent.append(list(ops))
         super().transaction(ops)
+
+    def children(self, path: str) -> list[str]:
+        self.listed.append(path)
+        return super().children(path)
 
 
 def test_a_new_jobs_first_assignment_is_one_transaction_without_flag_or_fence(
@@ -582,7 +587,7 @@ def test_a_new_jobs_first_assignment_is_one_transaction_without_flag_or_fence(
     created READY at once, with no resharding flag and no RESHARDING state before it."""
     namespace = harness.fresh_namespace()
     paths = JobPaths(JOB)
-    recorded = _Transactions(harness.connect(namespace, session_timeout=harness.min_session_timeout))
+    recorded = _Recorder(harness.connect(namespace, session_timeout=harness.min_session_timeout))
     states: list[AssignmentState] = []
 
     def seen(event: Event) -> None:
@@ -605,6 +610,39 @@ def test_a_new_jobs_first_assignment_is_one_transaction_without_flag_or_fence(
         assert states == [AssignmentState.READY]
     finally:
         watcher.close()
+
+
+def test_a_new_jobs_first_resharding_reads_no_running_marks(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """Every running mark checks the assignment's version, so a job without one has no
+    marks: its first resharding does not read them; the next one (an instance joins, and
+    execution is monitored) waits for the runs of the old epoch and does."""
+    namespace = harness.fresh_namespace()
+    paths = JobPaths(JOB)
+    recorded = _Recorder(harness.connect(namespace, session_timeout=harness.min_session_timeout))
+    leader = ShardingService(
+        recorded, JOB, InstanceIdentity.create(ids(1)[0]), ShardingSettings(total=4), executor=executor
+    )
+    leader.start()
+    Cluster.live.append(_Stopper(leader))
+    assert leader.ensure_ready(20).assignment.epoch == 1
+    assert paths.running not in recorded.listed, recorded.listed
+    joiner = ShardingService(
+        harness.connect(namespace, session_timeout=harness.min_session_timeout),
+        JOB,
+        InstanceIdentity.create(ids(2)[0]),
+        ShardingSettings(total=4),
+        executor=executor,
+    )
+    joiner.start()
+    Cluster.live.append(_Stopper(joiner))
+    wait_for(
+        lambda: (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2,
+        20,
+        message="the leader resharded for the joiner",
+    )
+    assert paths.running in recorded.listed, recorded.listed
 
 
 def test_ten_thousand_items_two_hundred_instances(harness: Harness, executor: ThreadPoolExecutor) -> None:
