@@ -22,12 +22,15 @@ step 4 creates the node. A leader that finds the assignment out of date while it
 reshards anyway (a restarted process at ``start()``) skips step 1: its fence is as
 durable a sign, and as binding on runs.
 
-That is O(1) registry operations whatever the item and instance counts.
+That is O(1) registry operations whatever the item and instance counts; a new job's
+first resharding is one transaction and no read.
 
 Invariant: every write here carries the election's fence ops (``LeaderElection.fence_ops``),
 so a deposed leader's write fails; one resharding at a time per job (``_reshard_lock``).
 The reads of the cluster (instances, servers, disabled items) are the service's, from its
-cache; only the running marks are read from the registry, since caches leave them out.
+cache. The assignment and the flag are read from the registry, except by the first
+attempt of a resharding whose cache shows no assignment (a stale view only fails its
+transaction); the running marks always are, since caches leave them out.
 """
 
 from __future__ import annotations
@@ -220,10 +223,10 @@ class Resharding:
         """Leader: bring the assignment up to date (module docstring). True when the
         assignment is READY and unflagged afterwards; False when not (or no longer) leader."""
         with self._reshard_lock:
-            for _ in range(20):
+            for attempt in range(20):
                 if not self._election.is_leader or self._service.stopping:
                     return False
-                outcome = self._reshard_once()
+                outcome = self._reshard_once(attempt)
                 if outcome is not None:
                     return outcome
             log.warning(
@@ -234,14 +237,21 @@ class Resharding:
             self._service.schedule_evaluation()  # try again rather than wait for the next change
             return False
 
-    def _reshard_once(self) -> bool | None:
+    def _reshard_once(self, attempt: int) -> bool | None:
         started = time.monotonic()
         leader_version = self._election.leader_version
         if leader_version is None:
             return False
         fence_ops = self._election.fence_ops()
-        flag = self._reg.get_node(self.paths.necessary)
-        node = self._reg.get_node(self.paths.assignment)
+        if attempt == 0 and not self._cache.exists(self.paths.assignment):
+            # A new job, as the cache sees it: no round trip. A stale view only fails the
+            # transaction below (its Create, or the flag's delete at the version seen) and
+            # the next attempt reads the registry; a flag the cache has not shown yet
+            # outlives the new assignment and brings the next resharding.
+            flag, node = self._cache.get_node(self.paths.necessary), None
+        else:
+            flag = self._reg.get_node(self.paths.necessary)
+            node = self._reg.get_node(self.paths.assignment)
         previous = None
         if node is not None:
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,8 @@ import pytest
 import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
-from registry.protocol import Create, Event, EventCallback, Op, SessionState, Set, Watch
+from registry.errors import TransactionError
+from registry.protocol import Create, Event, EventCallback, Node, Op, SessionState, Set, Watch
 from registry.recipes.cache import TreeCache
 from sharding import (
     Assignment,
@@ -564,16 +566,27 @@ def test_the_leader_reshards_on_its_own_flag_without_waiting_to_see_it(
 
 
 class _Recorder(CountingRegistry):
-    """Keeps every transaction the service sends and every path it lists."""
+    """Keeps every transaction the service sends (``sent``, ``refused``) and every path it
+    reads (with the count of transactions sent before) or lists."""
 
     def __init__(self, inner: BaseRegistry) -> None:
         super().__init__(inner)
         self.sent: list[list[Op]] = []
+        self.refused: list[list[Op]] = []
+        self.read: list[tuple[str, int]] = []
         self.listed: list[str] = []
 
     def transaction(self, ops: Sequence[Op]) -> None:
         self.sent.append(list(ops))
-        super().transaction(ops)
+        try:
+            super().transaction(ops)
+        except TransactionError:
+            self.refused.append(list(ops))
+            raise
+
+    def get_node(self, path: str) -> Node | None:
+        self.read.append((path, len(self.sent)))
+        return super().get_node(path)
 
     def children(self, path: str) -> list[str]:
         self.listed.append(path)
@@ -612,12 +625,14 @@ def test_a_new_jobs_first_assignment_is_one_transaction_without_flag_or_fence(
         watcher.close()
 
 
-def test_a_new_jobs_first_resharding_reads_no_running_marks(
+def test_a_new_jobs_first_resharding_reads_nothing_from_the_registry(
     harness: Harness, executor: ThreadPoolExecutor
 ) -> None:
-    """Every running mark checks the assignment's version, so a job without one has no
-    marks: its first resharding does not read them; the next one (an instance joins, and
-    execution is monitored) waits for the runs of the old epoch and does."""
+    """A new job's first resharding takes the assignment's absence and the flag from the
+    cache (no read before the assignment is created), and every running mark checks the
+    assignment's version, so a job without one has no marks to read. A resharding of an
+    existing assignment (an instance joins, and execution is monitored) reads the
+    assignment and the flag, and the marks of the old epoch."""
     namespace = harness.fresh_namespace()
     paths = JobPaths(JOB)
     recorded = _Recorder(harness.connect(namespace, session_timeout=harness.min_session_timeout))
@@ -628,6 +643,13 @@ def test_a_new_jobs_first_resharding_reads_no_running_marks(
     Cluster.live.append(_Stopper(leader))
     assert leader.ensure_ready(20).assignment.epoch == 1
     assert paths.running not in recorded.listed, recorded.listed
+    created = next(
+        index
+        for index, ops in enumerate(recorded.sent)
+        if any(isinstance(op, Create) and op.path == paths.assignment for op in ops)
+    )
+    before = [path for path, sent in recorded.read if sent <= created]
+    assert not {paths.assignment, paths.necessary} & set(before), recorded.read
     joiner = ShardingService(
         harness.connect(namespace, session_timeout=harness.min_session_timeout),
         JOB,
@@ -638,11 +660,95 @@ def test_a_new_jobs_first_resharding_reads_no_running_marks(
     joiner.start()
     Cluster.live.append(_Stopper(joiner))
     wait_for(
-        lambda: (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2,
+        lambda: (
+            (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2
+        ),
         20,
         message="the leader resharded for the joiner",
     )
     assert paths.running in recorded.listed, recorded.listed
+    assert {paths.assignment, paths.necessary} <= {path for path, _ in recorded.read}, recorded.read
+
+
+class _AssignmentHeld(_Recorder):
+    """Holds back every event of the job's assignment from the watches through it until
+    ``release()``: a cache that lags the registry by as long as a test needs."""
+
+    def __init__(self, inner: BaseRegistry) -> None:
+        super().__init__(inner)
+        self._held: list[tuple[EventCallback, Event]] = []
+        self._released = False
+        self._gate = threading.Lock()
+
+    def watch(
+        self,
+        path: str,
+        callback: EventCallback,
+        *,
+        initial: bool = False,
+        exclude: Callable[[str], bool] | None = None,
+        leaves: Callable[[str], bool] | None = None,
+    ) -> Watch:
+        assignment = JobPaths(JOB).assignment
+
+        def held(event: Event) -> None:
+            with self._gate:
+                if event.path == assignment and not self._released:
+                    self._held.append((callback, event))
+                    return
+            callback(event)
+
+        return super().watch(path, held, initial=initial, exclude=exclude, leaves=leaves)
+
+    def release(self) -> None:
+        with self._gate:
+            self._released = True
+            held, self._held = self._held, []
+        for callback, event in held:
+            callback(event)
+
+
+def test_a_cache_that_missed_the_assignment_does_not_make_the_job_new(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """The first resharding of a leader whose cache has not yet shown an existing
+    assignment tries to create it, is refused, and goes on from the registry: the job
+    keeps its epochs, and once the cache catches up the new leader reshards epoch 1 into
+    epoch 2."""
+    namespace = harness.fresh_namespace()
+    paths = JobPaths(JOB)
+    first = ShardingService(
+        harness.connect(namespace, session_timeout=harness.min_session_timeout),
+        JOB,
+        InstanceIdentity.create(ids(1)[0]),
+        ShardingSettings(total=4),
+        executor=executor,
+    )
+    first.start()
+    assert first.ensure_ready(20).assignment.epoch == 1
+    first.stop()
+    lagging = _AssignmentHeld(harness.connect(namespace, session_timeout=harness.min_session_timeout))
+    second = ShardingService(
+        lagging, JOB, InstanceIdentity.create(ids(2)[0]), ShardingSettings(total=4), executor=executor
+    )
+    second.start()
+    Cluster.live.append(_Stopper(second))
+    wait_for(
+        lambda: any(
+            op.path == paths.assignment and isinstance(op, Create) for ops in lagging.refused for op in ops
+        ),
+        20,
+        message="the leader's attempt to create the assignment its cache did not show",
+    )
+    lagging.release()
+    wait_for(
+        lambda: (c := second.current()) is not None and c.state is AssignmentState.READY and c.epoch == 2,
+        20,
+        message="epoch 2 after the cache caught up",
+    )
+    current = second.ensure_ready(20)
+    assert current.assignment.epoch == 2, current
+    assert current.assignment.items == {ids(2)[0]: (0, 1, 2, 3)}, current
 
 
 def test_ten_thousand_items_two_hundred_instances(harness: Harness, executor: ThreadPoolExecutor) -> None:
