@@ -678,7 +678,7 @@ class _AssignmentHeld(_Recorder):
         super().__init__(inner)
         self._held: list[tuple[EventCallback, Event]] = []
         self._released = False
-        self._gate = threading.Lock()
+        self._gate = threading.RLock()  # held while releasing: no later event overtakes
 
     def watch(
         self,
@@ -704,8 +704,8 @@ class _AssignmentHeld(_Recorder):
         with self._gate:
             self._released = True
             held, self._held = self._held, []
-        for callback, event in held:
-            callback(event)
+            for callback, event in held:
+                callback(event)
 
 
 def test_a_cache_that_missed_the_assignment_does_not_make_the_job_new(
