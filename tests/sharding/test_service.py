@@ -16,7 +16,7 @@ import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
-from registry.protocol import Create, Event, EventCallback, Node, Op, SessionState, Set, Watch
+from registry.protocol import Create, Event, EventCallback, Node, Op, RegistryCenter, SessionState, Set, Watch
 from registry.recipes.cache import TreeCache
 from sharding import (
     Assignment,
@@ -510,6 +510,46 @@ def test_an_assignment_overwritten_right_after_the_leaders_write_is_rewritten_pr
     )
 
 
+def _session(harness: Harness, namespace: str) -> BaseRegistry:
+    return harness.connect(namespace, session_timeout=harness.min_session_timeout)
+
+
+def _instance(
+    harness: Harness,
+    namespace: str,
+    executor: ThreadPoolExecutor,
+    number: int,
+    reg: RegistryCenter | None = None,
+) -> ShardingService:
+    """Instance ``ids(number)`` of a job of 4 items on ``reg`` (else a session of its own),
+    started, and stopped at teardown."""
+    service = ShardingService(
+        reg or _session(harness, namespace),
+        JOB,
+        InstanceIdentity.create(ids(number)[0]),
+        ShardingSettings(total=4),
+        executor=executor,
+    )
+    service.start()
+    Cluster.live.append(_Stopper(service))
+    return service
+
+
+def _join(
+    harness: Harness, namespace: str, executor: ThreadPoolExecutor, leader: ShardingService
+) -> ShardingService:
+    """A second instance joins: returned once the leader's READY assignment names both."""
+    joiner = _instance(harness, namespace, executor, 2)
+    wait_for(
+        lambda: (
+            (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2
+        ),
+        20,
+        message="the leader resharded for the joiner",
+    )
+    return joiner
+
+
 class _FlagUnseen(CountingRegistry):
     """Hides the resharding flag from every watch through it: the leader's cache never
     sees its own flag (an extreme of a cache lagging under load)."""
@@ -537,29 +577,9 @@ def test_the_leader_reshards_on_its_own_flag_without_waiting_to_see_it(
     """The flag's event coming back through the cache took most of a second at 100
     instances; the leader that wrote it goes on at once."""
     namespace = harness.fresh_namespace()
-    unseen = _FlagUnseen(harness.connect(namespace, session_timeout=harness.min_session_timeout))
-    leader = ShardingService(
-        unseen, JOB, InstanceIdentity.create(ids(1)[0]), ShardingSettings(total=4), executor=executor
-    )
-    leader.start()
-    Cluster.live.append(_Stopper(leader))
+    leader = _instance(harness, namespace, executor, 1, _FlagUnseen(_session(harness, namespace)))
     leader.ensure_ready(20)
-    joiner = ShardingService(
-        harness.connect(namespace, session_timeout=harness.min_session_timeout),
-        JOB,
-        InstanceIdentity.create(ids(2)[0]),
-        ShardingSettings(total=4),
-        executor=executor,
-    )
-    joiner.start()
-    Cluster.live.append(_Stopper(joiner))
-    wait_for(
-        lambda: (
-            (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2
-        ),
-        20,
-        message="the leader resharded for the joiner",
-    )
+    joiner = _join(harness, namespace, executor, leader)
     wait_for(
         lambda: bool(joiner.ensure_ready(20).assignment.items_of(ids(2)[0])), 20, message="the joiner's items"
     )
@@ -635,12 +655,8 @@ def test_a_new_jobs_first_resharding_reads_nothing_from_the_registry(
     assignment and the flag, and the marks of the old epoch."""
     namespace = harness.fresh_namespace()
     paths = JobPaths(JOB)
-    recorded = _Recorder(harness.connect(namespace, session_timeout=harness.min_session_timeout))
-    leader = ShardingService(
-        recorded, JOB, InstanceIdentity.create(ids(1)[0]), ShardingSettings(total=4), executor=executor
-    )
-    leader.start()
-    Cluster.live.append(_Stopper(leader))
+    recorded = _Recorder(_session(harness, namespace))
+    leader = _instance(harness, namespace, executor, 1, recorded)
     assert leader.ensure_ready(20).assignment.epoch == 1
     assert paths.running not in recorded.listed, recorded.listed
     created = next(
@@ -650,22 +666,7 @@ def test_a_new_jobs_first_resharding_reads_nothing_from_the_registry(
     )
     before = [path for path, sent in recorded.read if sent <= created]
     assert not {paths.assignment, paths.necessary} & set(before), recorded.read
-    joiner = ShardingService(
-        harness.connect(namespace, session_timeout=harness.min_session_timeout),
-        JOB,
-        InstanceIdentity.create(ids(2)[0]),
-        ShardingSettings(total=4),
-        executor=executor,
-    )
-    joiner.start()
-    Cluster.live.append(_Stopper(joiner))
-    wait_for(
-        lambda: (
-            (c := leader.current()) is not None and c.state is AssignmentState.READY and len(c.items) == 2
-        ),
-        20,
-        message="the leader resharded for the joiner",
-    )
+    _join(harness, namespace, executor, leader)
     assert paths.running in recorded.listed, recorded.listed
     assert {paths.assignment, paths.necessary} <= {path for path, _ in recorded.read}, recorded.read
 
@@ -718,7 +719,7 @@ def test_a_cache_that_missed_the_assignment_does_not_make_the_job_new(
     namespace = harness.fresh_namespace()
     paths = JobPaths(JOB)
     first = ShardingService(
-        harness.connect(namespace, session_timeout=harness.min_session_timeout),
+        _session(harness, namespace),
         JOB,
         InstanceIdentity.create(ids(1)[0]),
         ShardingSettings(total=4),
@@ -727,12 +728,8 @@ def test_a_cache_that_missed_the_assignment_does_not_make_the_job_new(
     first.start()
     assert first.ensure_ready(20).assignment.epoch == 1
     first.stop()
-    lagging = _AssignmentHeld(harness.connect(namespace, session_timeout=harness.min_session_timeout))
-    second = ShardingService(
-        lagging, JOB, InstanceIdentity.create(ids(2)[0]), ShardingSettings(total=4), executor=executor
-    )
-    second.start()
-    Cluster.live.append(_Stopper(second))
+    lagging = _AssignmentHeld(_session(harness, namespace))
+    second = _instance(harness, namespace, executor, 2, lagging)
     wait_for(
         lambda: any(
             op.path == paths.assignment and isinstance(op, Create) for ops in lagging.refused for op in ops
