@@ -157,9 +157,31 @@ def test_a_batch_stops_at_its_byte_bound_and_the_rest_follows(zk_registry: ZooKe
         assert zk_registry.get(f"/big{i}") == bytes([i]) * size
 
 
+def _cut_after_answers(connection: Any, proxy: TCPProxy, count: int) -> None:
+    """Cut the link from the connection thread itself, once it has handled ``count``
+    answers. A cut from the test's thread can come after the connection thread has read a
+    whole burst; here that thread reads nothing more before the cut."""
+    read_response: Callable[..., Any] = connection._read_response
+    handled = [0]
+
+    def cutting(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return read_response(*args, **kwargs)
+        finally:
+            handled[0] += 1
+            if handled[0] == count:
+                connection._read_response = read_response  # the next connection reads freely
+                proxy.cut()  # mid-stream: the buffer holds part of the next answer
+
+    connection._read_response = cutting
+
+
 def test_a_drop_mid_burst_fails_what_was_in_flight_and_the_next_connection_reads_clean(
     zk_server: Any,
 ) -> None:
+    """A burst of 200 answers of 200 kB each (40 MB: more than the client's socket buffers)
+    is cut once the first of them has been handled: some are answered, the rest fail, none
+    is answered with another's bytes."""
     host, port = zk_server.address.rsplit(":", 1)
     with TCPProxy(host, int(port)) as proxy:
         reg = registry.connect(
@@ -170,9 +192,12 @@ def test_a_drop_mid_burst_fails_what_was_in_flight_and_the_next_connection_reads
             reg.create("/big", b"y" * 200_000)  # answers of several reads each: a cut leaves halves
             client = reg._client
             path = _stored(reg, "/big")
-            results = [client.get_async(path) for _ in range(200)]
-            results[0].get(timeout=30)
-            proxy.cut()  # the answers still streaming: the buffer holds part of one
+            # the whole burst queued before any answer is read: one queued later, while the
+            # client reconnects, would wait for the link instead of failing at the drop
+            with _loop_held(client, path) as woken:
+                burst = [client.get_async(path) for _ in range(200)]
+                _cut_after_answers(client._connection, proxy, 2)  # the wake-up's, then one of the burst
+            results = [woken, *burst]
             outcomes: list[str] = []
             for result in results:
                 try:
