@@ -187,17 +187,33 @@ def _below_leaves(
     return excluded_or_below_leaf
 
 
+def _depth(path: str) -> int:
+    """Segments in ``path``: a resync reports parents before their children, deletions
+    children first (``/`` is a namespace's root, above ``/a``)."""
+    return 0 if path == "/" else path.count("/")
+
+
 #: paths whose ``covers`` answer a watch with ``exclude`` remembers
 _COVERED_MEMO = 65_536
 
 
 @dataclass(eq=False)
 class WatchRegistration:
-    """A watch's backend-side state: its root (stored path) and the versions it reported."""
+    """A watch's backend-side state: its root (stored path) and the versions it reported.
+
+    Invariant: the maps a registration keeps for as long as a node exists (``versions``,
+    the ``covers`` memo) key it by ``shared`` of its *client* path, the ``str`` the cache
+    keys the node by too. Under a namespace, keyed by the stored path instead, every node
+    cost a second path string and a second entry in the interpreter's table of interned
+    strings (about 2 KiB a job on etcd); a stored path is now made when it is needed.
+    """
 
     watch: Watch
     root: str
     callback: EventCallback
+    #: the caller's path of a stored one (``Namespace.to_client``)
+    to_client: Callable[[str], str] = field(default=str)
+    #: the version reported of each node, by client path
     versions: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
@@ -207,13 +223,14 @@ class WatchRegistration:
     excluded: Callable[[str], bool] | None = None
     # the caller's ``leaves``, on stored paths: nodes whose children need no watch
     leaf: Callable[[str], bool] | None = None
-    # covers() by path: the same few paths (running marks) change on every fire
+    # covers() by client path: the same few paths (running marks) change on every fire
     _covered: dict[str, bool] = field(default_factory=dict)
 
     def covers(self, stored_path: str) -> bool:
         if self.excluded is None:
             return is_below(stored_path, self.root)
-        known = self._covered.get(stored_path)
+        client_path = self.to_client(stored_path)
+        known = self._covered.get(client_path)
         if known is None:
             # ``is_below and not excluded_below``, through the memo: a job's dozen nodes
             # share their ancestors, so each path's predicates run once, not once per
@@ -226,7 +243,7 @@ class WatchRegistration:
                 known = self.covers(parent(stored_path)) and not self.excluded(stored_path)
             if len(self._covered) >= _COVERED_MEMO:
                 self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
-            self._covered[shared(stored_path)] = known
+            self._covered[shared(client_path)] = known
         return known
 
 
@@ -240,6 +257,11 @@ class BaseRegistry(abc.ABC):
     characteristics: frozenset[Characteristic] = frozenset(
         {Characteristic.NETWORK, Characteristic.DISTRIBUTED}
     )
+
+    #: whether the backend's own long-lived maps key nodes by stored path (ZooKeeper's
+    #: watcher tables): then the memo of stored paths shares their ``shared`` str; else
+    #: it holds the only copy, and interning it would only grow the interpreter's table
+    keeps_stored_paths = False
 
     def __init__(self, parsed: RegistryURL) -> None:
         self._parsed = parsed
@@ -373,6 +395,7 @@ class BaseRegistry(abc.ABC):
             watch=watch,
             root=stored,
             callback=callback,
+            to_client=self._ns.to_client,
             excluded=excluded if leaf is None else _below_leaves(excluded, leaf),
             leaf=leaf,
         )
@@ -422,20 +445,22 @@ class BaseRegistry(abc.ABC):
         """Report one raw change; duplicates and stale repeats are dropped here."""
         if not registration.covers(stored_path):
             return
+        path = self._ns.to_client(stored_path)
         with registration.lock:
-            known = registration.versions.get(stored_path)
+            known = registration.versions.get(path)
             if kind is EventKind.DELETED:
                 if known is None:
                     return
-                del registration.versions[stored_path]
-                event = Event(EventKind.DELETED, self._ns.to_client(stored_path), None, None)
+                del registration.versions[path]
+                event = Event(EventKind.DELETED, path, None, None)
             else:
                 assert node is not None
                 if known == node.version:
                     return
-                registration.versions[shared(stored_path)] = node.version
+                path = shared(path)
+                registration.versions[path] = node.version
                 real_kind = EventKind.CREATED if known is None else EventKind.UPDATED
-                event = Event(real_kind, self._ns.to_client(stored_path), node.value, node.version)
+                event = Event(real_kind, path, node.value, node.version)
             self._deliver(registration, [event])
 
     def _resync(
@@ -446,22 +471,22 @@ class BaseRegistry(abc.ABC):
         Used for the initial state (``emit`` as the caller asked) and after any gap in
         notifications (reconnect, new session, compaction).
         """
+        to_client = self._ns.to_client
         with registration.lock:
             old = registration.versions
+            fresh = {shared(to_client(p)): n for p, n in snapshot.items() if registration.covers(p)}
             events: list[Event] = []
-            gone = sorted((p for p in old if p not in snapshot), key=lambda p: (-p.count("/"), p))
-            for stored_path in gone:
-                events.append(Event(EventKind.DELETED, self._ns.to_client(stored_path), None, None))
-            for stored_path in sorted(snapshot, key=lambda p: (p.count("/"), p)):
-                if not registration.covers(stored_path):
-                    continue
-                node = snapshot[stored_path]
-                known = old.get(stored_path)
+            gone = sorted((p for p in old if p not in fresh), key=lambda p: (-_depth(p), p))
+            for path in gone:
+                events.append(Event(EventKind.DELETED, path, None, None))
+            for path in sorted(fresh, key=lambda p: (_depth(p), p)):
+                node = fresh[path]
+                known = old.get(path)
                 if known == node.version:
                     continue
                 kind = EventKind.CREATED if known is None else EventKind.UPDATED
-                events.append(Event(kind, self._ns.to_client(stored_path), node.value, node.version))
-            registration.versions = {shared(p): n.version for p, n in snapshot.items() if registration.covers(p)}
+                events.append(Event(kind, path, node.value, node.version))
+            registration.versions = {p: n.version for p, n in fresh.items()}
             if emit and events:
                 self._deliver(registration, events)
 
@@ -550,7 +575,9 @@ class BaseRegistry(abc.ABC):
             stored = self._ns.to_server(path)
             if len(self._stored_paths) >= _STORED_MEMO:
                 self._stored_paths.clear()
-            stored = self._stored_paths[shared(path)] = shared(stored)
+            if self.keeps_stored_paths:
+                stored = shared(stored)
+            self._stored_paths[shared(path)] = stored
         return stored
 
     def _stored_writable(self, path: str) -> str:

@@ -393,6 +393,7 @@ class MemoryRegistry(BaseRegistry):
     """A client of a :class:`MemoryStore` with its own session."""
 
     backend_name = "memory"
+    keeps_stored_paths = True  # the store keys its nodes by them
     url_options = frozenset({"session_timeout", "connect_timeout", "max_txn_ops", "link"})
     #: in this process only, and its calls never wait on a network
     characteristics: frozenset[Characteristic] = frozenset()
