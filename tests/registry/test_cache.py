@@ -11,6 +11,7 @@ import time
 import pytest
 
 from registry.backends.base import BaseRegistry
+from registry.protocol import Event, EventKind
 from registry.recipes.cache import TreeCache
 from tests.waiting import blocked_in, wait_for
 
@@ -162,3 +163,20 @@ def test_each_cached_path_is_held_once_by_the_cache_and_the_watch(reg: BaseRegis
         assert sorted(registration.versions) == ["/s", "/s/n0", "/s/n1", "/s/n2"]
     finally:
         cache.close()
+
+
+def test_a_resync_reports_what_went_away_children_first_up_to_a_namespace_root(reg: BaseRegistry) -> None:
+    """A resync after a gap reports the nodes gone, deepest first. A watch on a namespace's
+    root keys it as the caller's ``/``, which lies above ``/a`` though both hold one slash."""
+    reg.put("/a/b", b"v")
+    events: list[Event] = []
+    reg.watch("/", events.append, initial=True)
+    assert reg.flush_events(PROMPT)
+    (registration,) = [r for r in reg._watches if r.root == reg._ns.to_server("/")]
+    known = sorted(registration.versions)
+    # the namespace's root is a node where the server keeps parents (ZooKeeper, memory)
+    assert known in (["/", "/a", "/a/b"], ["/a", "/a/b"])
+    reg._resync(registration, {})  # the snapshot a re-read finds once the namespace is gone
+    assert reg.flush_events(PROMPT)
+    assert [e.path for e in events if e.kind is EventKind.DELETED] == sorted(known, reverse=True)
+    assert registration.versions == {}
