@@ -205,7 +205,7 @@ class WatchRegistration:
     the ``covers`` memo) key it by ``shared`` of its *client* path, the ``str`` the cache
     keys the node by too. Under a namespace, keyed by the stored path instead, every node
     cost a second path string and a second entry in the interpreter's table of interned
-    strings (about 2 KiB a job on etcd); a stored path is now made when it is needed.
+    strings (about 1.4 KiB a job on etcd); a stored path is now made when it is needed.
     """
 
     watch: Watch
@@ -445,7 +445,7 @@ class BaseRegistry(abc.ABC):
         """Report one raw change; duplicates and stale repeats are dropped here."""
         if not registration.covers(stored_path):
             return
-        path = self._ns.to_client(stored_path)
+        path = registration.to_client(stored_path)
         with registration.lock:
             known = registration.versions.get(path)
             if kind is EventKind.DELETED:
@@ -471,7 +471,7 @@ class BaseRegistry(abc.ABC):
         Used for the initial state (``emit`` as the caller asked) and after any gap in
         notifications (reconnect, new session, compaction).
         """
-        to_client = self._ns.to_client
+        to_client = registration.to_client
         with registration.lock:
             old = registration.versions
             fresh = {shared(to_client(p)): n for p, n in snapshot.items() if registration.covers(p)}
