@@ -140,6 +140,10 @@ class Namespace:
 
     def to_server(self, path: str) -> str:
         validate_path(path)
+        return self.to_server_valid(path)
+
+    def to_server_valid(self, path: str) -> str:
+        """``to_server`` of a path already validated (a join, no checks)."""
         if not self.prefix:
             return path
         return self.prefix if path == "/" else self.prefix + path

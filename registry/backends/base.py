@@ -75,8 +75,8 @@ _T = TypeVar("_T")
 MAX_VALUE_BYTES = 1_000_000
 MAX_TXN_OPS = DEFAULT_MAX_TXN_OPS
 MAX_TXN_BYTES = 1_000_000
-#: validated paths a client remembers (a few per job are named on every fire)
-_STORED_MEMO = 65_536
+#: validated caller paths a client remembers (a few per job are named on every fire)
+_VALID_MEMO = 65_536
 
 
 class OpFailure(TextEnum):
@@ -193,8 +193,8 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.count("/")
 
 
-#: paths whose ``covers`` answer a watch with ``exclude`` remembers
-_COVERED_MEMO = 65_536
+#: paths left out that a watch with ``exclude`` remembers
+_LEFT_OUT_MEMO = 65_536
 
 
 @dataclass(eq=False)
@@ -202,7 +202,7 @@ class WatchRegistration:
     """A watch's backend-side state: its root (stored path) and the versions it reported.
 
     Invariant: the maps a registration keeps for as long as a node exists (``versions``,
-    the ``covers`` memo) key it by ``shared`` of its *client* path, the ``str`` the cache
+    the memo of paths ``covers`` left out) key it by ``shared`` of its *client* path, the ``str`` the cache
     keys the node by too. Under a namespace, keyed by the stored path instead, every node
     cost a second path string and a second entry in the interpreter's table of interned
     strings (about 1.4 KiB a job on etcd); a stored path is now made when it is needed.
@@ -223,28 +223,34 @@ class WatchRegistration:
     excluded: Callable[[str], bool] | None = None
     # the caller's ``leaves``, on stored paths: nodes whose children need no watch
     leaf: Callable[[str], bool] | None = None
-    # covers() by client path: the same few paths (running marks) change on every fire
-    _covered: dict[str, bool] = field(default_factory=dict)
+    # client paths ``covers`` answered False for: the same few paths (running marks)
+    # change on every fire. A covered node needs no memo: once reported it is in
+    # ``versions``, and so, nearly always, is its parent (a memo of every node held
+    # another entry per node: 320 bytes a job)
+    _left_out: dict[str, None] = field(default_factory=dict)
 
     def covers(self, stored_path: str) -> bool:
         if self.excluded is None:
             return is_below(stored_path, self.root)
         client_path = self.to_client(stored_path)
-        known = self._covered.get(client_path)
-        if known is None:
-            # ``is_below and not excluded_below``, through the memo: a job's dozen nodes
-            # share their ancestors, so each path's predicates run once, not once per
-            # descendant (a parent already left out spares its children theirs)
-            if stored_path == self.root:
-                known = True
-            elif not is_below(stored_path, self.root):
-                known = False
-            else:
-                known = self.covers(parent(stored_path)) and not self.excluded(stored_path)
-            if len(self._covered) >= _COVERED_MEMO:
-                self._covered.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
-            self._covered[shared(client_path)] = known
-        return known
+        if client_path in self.versions:
+            return True  # reported, so it passed; ``exclude`` and ``leaves`` never change
+        if client_path in self._left_out:
+            return False
+        # ``is_below and not excluded_below``, through ``versions``: a job's dozen nodes
+        # share their ancestors, so a new node's predicates run for it alone
+        if stored_path == self.root:
+            return True
+        if (
+            is_below(stored_path, self.root)
+            and self.covers(parent(stored_path))
+            and not self.excluded(stored_path)
+        ):
+            return True
+        if len(self._left_out) >= _LEFT_OUT_MEMO:
+            self._left_out.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
+        self._left_out[shared(client_path)] = None
+        return False
 
 
 class BaseRegistry(abc.ABC):
@@ -259,8 +265,8 @@ class BaseRegistry(abc.ABC):
     )
 
     #: whether the backend's own long-lived maps key nodes by stored path (ZooKeeper's
-    #: watcher tables): then the memo of stored paths shares their ``shared`` str; else
-    #: it holds the only copy, and interning it would only grow the interpreter's table
+    #: watcher tables): then ``_stored`` hands out their ``shared`` str; else a stored
+    #: path lives as long as the op that names it
     keeps_stored_paths = False
 
     def __init__(self, parsed: RegistryURL) -> None:
@@ -276,8 +282,11 @@ class BaseRegistry(abc.ABC):
         #: replaced, never changed in place (under the lock): readers take it without one
         self._watches: tuple[WatchRegistration, ...] = ()
         self._watches_lock = threading.Lock()
-        #: caller path -> stored path, for paths already validated (bounded: _STORED_MEMO)
-        self._stored_paths: dict[str, str] = {}
+        #: caller paths already validated (bounded: _VALID_MEMO). Not a map to the stored
+        #: path: under a namespace that held a second string per path (about 700 bytes a
+        #: job on etcd) to save a join of a few dozen bytes per op. A dict, not a set: at
+        #: tens of thousands of keys a set's table takes twice the memory
+        self._valid_paths: dict[str, None] = {}
         self._closed = False
         #: round trips and errors by operation (registry/call_stats.py)
         self.call_stats = CallStats()
@@ -570,15 +579,13 @@ class BaseRegistry(abc.ABC):
     def _stored(self, path: str) -> str:
         if self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        stored = self._stored_paths.get(path)  # every fire names the same few paths
-        if stored is None:
-            stored = self._ns.to_server(path)
-            if len(self._stored_paths) >= _STORED_MEMO:
-                self._stored_paths.clear()
-            if self.keeps_stored_paths:
-                stored = shared(stored)
-            self._stored_paths[shared(path)] = stored
-        return stored
+        if path not in self._valid_paths:  # every fire names the same few paths
+            validate_path(path)
+            if len(self._valid_paths) >= _VALID_MEMO:
+                self._valid_paths.clear()
+            self._valid_paths[shared(path)] = None
+        stored = self._ns.to_server_valid(path)
+        return shared(stored) if self.keeps_stored_paths else stored
 
     def _stored_writable(self, path: str) -> str:
         stored = self._stored(path)
@@ -618,21 +625,18 @@ class BaseRegistry(abc.ABC):
             )
         if ops and self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        stored_paths = self._stored_paths  # a hit skips ``_stored``'s call: every fire's ops pass here
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
         deletes: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
             if isinstance(op, Check):
-                stored_path = stored_paths.get(op.path) or self._stored(op.path)
+                stored_path = self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else Check(stored_path, op.version))
                 continue
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
-            stored = stored_paths.get(op.path)
-            if stored is None or op.path == "/":
-                stored = self._stored_writable(op.path)  # raises for the root
+            stored = self._stored_writable(op.path)  # raises for the root
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"

@@ -165,6 +165,54 @@ def test_each_cached_path_is_held_once_by_the_cache_and_the_watch(reg: BaseRegis
         cache.close()
 
 
+def test_a_node_with_an_empty_value_is_cached_as_its_bare_version(reg: BaseRegistry) -> None:
+    """Seven of a job's thirteen nodes are parents with an empty value: the cache keeps
+    such a node as its version alone, and reads it back as the registry has it, also
+    when its value turns empty or non-empty later."""
+    reg.put("/s/parent/child", b"v")
+    cache = TreeCache(reg, "/s").start()
+    try:
+        for value in (b"", b"x", b""):
+            reg.put("/s/parent", value)
+            expected = reg.get_node("/s/parent")
+            assert expected is not None
+            wait_for(lambda: cache.version("/s/parent") == expected.version, PROMPT)
+            assert cache.get("/s/parent") == value
+            assert cache.get_node("/s/parent") == expected
+            assert cache.exists("/s/parent")
+            assert isinstance(cache._nodes["/s/parent"], int) is (value == b"")
+        assert cache.get("/s/parent/child") == b"v"
+        reg.delete("/s/parent")
+        wait_for(lambda: not cache.exists("/s/parent"), PROMPT)
+        assert cache.get("/s/parent") is None
+        assert cache.get_node("/s/parent") is None
+        assert cache.version("/s/parent") is None
+    finally:
+        cache.close()
+
+
+def test_a_watch_remembers_the_paths_it_leaves_out_and_no_node_it_reports(reg: BaseRegistry) -> None:
+    """Every change a watch with ``exclude`` hears is asked "is this mine": it remembers
+    the paths it left out (a running mark changes on every fire), but not the nodes it
+    reports, which its versions hold already (a second map of every node)."""
+    reg.put("/s/keep/a", b"v")
+    reg.put("/s/skip/a", b"v")
+    events: list[Event] = []
+    reg.watch("/s", events.append, initial=True, exclude=lambda p: p == "/s/skip")
+    reg.put("/s/skip/b", b"v")
+    reg.put("/s/keep/b", b"v")
+    wait_for(lambda: any(e.path == "/s/keep/b" for e in events), PROMPT)
+    (registration,) = [r for r in reg._watches if r.root == reg._ns.to_server("/s")]
+    assert sorted(registration.versions) == ["/s", "/s/keep", "/s/keep/a", "/s/keep/b"]
+    assert not set(registration._left_out) & set(registration.versions)
+    assert not [e for e in events if e.path.startswith("/s/skip")]
+    registration._left_out.clear()  # as when the memo is full: the answers are found again
+    assert not registration.covers(reg._ns.to_server("/s/skip/c/d"))
+    assert registration.covers(reg._ns.to_server("/s/keep/c"))
+    assert registration.covers(reg._ns.to_server("/s/keep"))
+    assert sorted(registration._left_out) == ["/s/skip", "/s/skip/c", "/s/skip/c/d"]
+
+
 def test_a_resync_reports_what_went_away_children_first_up_to_a_namespace_root(reg: BaseRegistry) -> None:
     """A resync after a gap reports the nodes gone, deepest first. A watch on a namespace's
     root keys it as the caller's ``/``, which lies above ``/a`` though both hold one slash."""
