@@ -128,6 +128,8 @@ class Scheduler:
         self._started = False
         self._failed: dict[str, Exception] = {}
         self._shut_down: dict[str, float] = {}
+        #: every job's runner holds it: bound once, not once per job (64 bytes each)
+        self._on_shutdown_request = self._shutdown_requested
         #: where async jobs run: one loop thread, started by the first coroutine
         self.async_loop = AsyncLoop(f"shardjob-async-{self.identity.instance_id}")
         self.observers = Observers()  # run history and metrics subscribe here
@@ -338,7 +340,7 @@ class Scheduler:
             make_item_runner(job.config, job.target, loop=self.async_loop),
             job.listeners,
             job.handler,
-            on_shutdown_request=self._shutdown_requested,
+            on_shutdown_request=self._on_shutdown_request,
         )
         with self._lock:
             self._runners[name] = runner
