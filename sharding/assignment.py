@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -147,7 +148,9 @@ class Assignment:
             raw_items = doc["items"]
             if not isinstance(raw_items, dict):
                 raise ValueError("items must be an object")
-            items = {str(k): tuple(decode_items(v)) for k, v in raw_items.items()}
+            # interned: the same few instance ids (and strategy) recur in every job's
+            # assignment, a string of their own each from the JSON decoder
+            items = {sys.intern(str(k)): tuple(decode_items(v)) for k, v in raw_items.items()}
             _check_cover(items, total, "assignment")
             raw_ran = doc.get("ran", {})
             if not isinstance(raw_ran, dict):
@@ -158,8 +161,8 @@ class Assignment:
                 state=state,
                 total=total,
                 items=items,
-                strategy=str(doc.get("strategy", "")),
-                leader=str(doc.get("leader", "")),
+                strategy=sys.intern(str(doc.get("strategy", ""))),
+                leader=sys.intern(str(doc.get("leader", ""))),
                 leader_version=int(doc.get("leader_version", 0)),
                 ran=ran,
             )
