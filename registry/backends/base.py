@@ -75,8 +75,8 @@ _T = TypeVar("_T")
 MAX_VALUE_BYTES = 1_000_000
 MAX_TXN_OPS = DEFAULT_MAX_TXN_OPS
 MAX_TXN_BYTES = 1_000_000
-#: validated caller paths a client remembers (a few per job are named on every fire)
-_VALID_MEMO = 65_536
+#: validated paths a client remembers (a few per job are named on every fire)
+_STORED_MEMO = 65_536
 
 
 class OpFailure(TextEnum):
@@ -265,8 +265,8 @@ class BaseRegistry(abc.ABC):
     )
 
     #: whether the backend's own long-lived maps key nodes by stored path (ZooKeeper's
-    #: watcher tables): then ``_stored`` hands out their ``shared`` str; else a stored
-    #: path lives as long as the op that names it
+    #: watcher tables): then the memo of stored paths holds their ``shared`` str; else,
+    #: under a namespace, the memo would hold the only copy: a stored path is made per op
     keeps_stored_paths = False
 
     def __init__(self, parsed: RegistryURL) -> None:
@@ -282,11 +282,12 @@ class BaseRegistry(abc.ABC):
         #: replaced, never changed in place (under the lock): readers take it without one
         self._watches: tuple[WatchRegistration, ...] = ()
         self._watches_lock = threading.Lock()
-        #: caller paths already validated (bounded: _VALID_MEMO). Not a map to the stored
-        #: path: under a namespace that held a second string per path (about 700 bytes a
-        #: job on etcd) to save a join of a few dozen bytes per op. A dict, not a set: at
-        #: tens of thousands of keys a set's table takes twice the memory
-        self._valid_paths: dict[str, None] = {}
+        #: caller path -> stored path, for paths already validated (bounded: _STORED_MEMO);
+        #: -> None where ``_memo_stored`` is False: then the join is made per op, since
+        #: the memo's copy of each path cost about 700 bytes a job on etcd
+        self._stored_paths: dict[str, str | None] = {}
+        #: a stored path is the caller's (no namespace) or shared with the backend's maps
+        self._memo_stored = self.keeps_stored_paths or not self._ns.prefix
         self._closed = False
         #: round trips and errors by operation (registry/call_stats.py)
         self.call_stats = CallStats()
@@ -579,13 +580,20 @@ class BaseRegistry(abc.ABC):
     def _stored(self, path: str) -> str:
         if self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        if path not in self._valid_paths:  # every fire names the same few paths
-            validate_path(path)
-            if len(self._valid_paths) >= _VALID_MEMO:
-                self._valid_paths.clear()
-            self._valid_paths[shared(path)] = None
-        stored = self._ns.to_server_valid(path)
-        return shared(stored) if self.keeps_stored_paths else stored
+        stored = self._stored_paths.get(path, "")  # every fire names the same few paths
+        if stored is None:  # validated; joined per op
+            return self._ns.to_server_valid(path)
+        if not stored:  # not seen yet (no path is empty)
+            stored = self._ns.to_server(path)
+            if len(self._stored_paths) >= _STORED_MEMO:
+                self._stored_paths.clear()
+            if not self._memo_stored:
+                self._stored_paths[shared(path)] = None
+                return stored
+            if self.keeps_stored_paths:
+                stored = shared(stored)
+            self._stored_paths[shared(path)] = stored
+        return stored
 
     def _stored_writable(self, path: str) -> str:
         stored = self._stored(path)
@@ -625,18 +633,21 @@ class BaseRegistry(abc.ABC):
             )
         if ops and self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
+        stored_paths = self._stored_paths  # a hit skips ``_stored``'s call: every fire's ops pass here
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
         deletes: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
             if isinstance(op, Check):
-                stored_path = self._stored(op.path)
+                stored_path = stored_paths.get(op.path) or self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else Check(stored_path, op.version))
                 continue
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
-            stored = self._stored_writable(op.path)  # raises for the root
+            stored = stored_paths.get(op.path)
+            if stored is None or op.path == "/":
+                stored = self._stored_writable(op.path)  # raises for the root
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"

@@ -4,6 +4,7 @@ went on waiting would hold its owner's shutdown up for its whole timeout."""
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -165,6 +166,10 @@ def test_each_cached_path_is_held_once_by_the_cache_and_the_watch(reg: BaseRegis
         cache.close()
 
 
+def _cached_version_is(cache: TreeCache, path: str, version: int) -> bool:
+    return cache.version(path) == version
+
+
 def test_a_node_with_an_empty_value_is_cached_as_its_bare_version(reg: BaseRegistry) -> None:
     """Seven of a job's thirteen nodes are parents with an empty value: the cache keeps
     such a node as its version alone, and reads it back as the registry has it, also
@@ -176,7 +181,8 @@ def test_a_node_with_an_empty_value_is_cached_as_its_bare_version(reg: BaseRegis
             reg.put("/s/parent", value)
             expected = reg.get_node("/s/parent")
             assert expected is not None
-            wait_for(lambda: cache.version("/s/parent") == expected.version, PROMPT)
+            version = expected.version
+            wait_for(functools.partial(_cached_version_is, cache, "/s/parent", version), PROMPT)
             assert cache.get("/s/parent") == value
             assert cache.get_node("/s/parent") == expected
             assert cache.exists("/s/parent")
