@@ -202,10 +202,11 @@ class WatchRegistration:
     """A watch's backend-side state: its root (stored path) and the versions it reported.
 
     Invariant: the maps a registration keeps for as long as a node exists (``versions``,
-    the memo of paths ``covers`` left out) key it by ``shared`` of its *client* path, the ``str`` the cache
-    keys the node by too. Under a namespace, keyed by the stored path instead, every node
-    cost a second path string and a second entry in the interpreter's table of interned
-    strings (about 1.4 KiB a job on etcd); a stored path is now made when it is needed.
+    the memo of paths ``covers`` left out) key it by ``shared`` of its *client* path, the
+    ``str`` the cache keys the node by too. Under a namespace, keyed by the stored path
+    instead, every node cost a second path string and a second entry in the interpreter's
+    table of interned strings (about 1.4 KiB a job on etcd); a stored path is now made when
+    it is needed.
     """
 
     watch: Watch
@@ -633,21 +634,29 @@ class BaseRegistry(abc.ABC):
             )
         if ops and self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        stored_paths = self._stored_paths  # a hit skips ``_stored``'s call: every fire's ops pass here
+        # every fire's ops pass here: a memo hit skips ``_stored``'s call, and so does a
+        # path the memo knows as validated where the join is made per op (etcd's namespace)
+        stored_paths = self._stored_paths
+        join = "" if self._memo_stored else self._ns.prefix
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
         deletes: dict[str, int] = {}
         total = 0
         for index, op in enumerate(ops):
             if isinstance(op, Check):
-                stored_path = stored_paths.get(op.path) or self._stored(op.path)
+                stored_path = stored_paths.get(op.path, "")
+                if not stored_path:
+                    joined = join and op.path != "/" and stored_path is None
+                    stored_path = join + op.path if joined else self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else Check(stored_path, op.version))
                 continue
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
-            stored = stored_paths.get(op.path)
-            if stored is None or op.path == "/":
+            stored = stored_paths.get(op.path, "")
+            if op.path == "/":
                 stored = self._stored_writable(op.path)  # raises for the root
+            elif not stored:
+                stored = join + op.path if join and stored is None else self._stored(op.path)
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"
