@@ -284,8 +284,8 @@ class BaseRegistry(abc.ABC):
         self._watches: tuple[WatchRegistration, ...] = ()
         self._watches_lock = threading.Lock()
         #: caller path -> stored path, for paths already validated (bounded: _STORED_MEMO);
-        #: -> None where ``_memo_stored`` is False: then the join is made per op, since
-        #: the memo's copy of each path cost about 700 bytes a job on etcd
+        #: -> None, for any path but the root, where ``_memo_stored`` is False: then the
+        #: prefix is joined per op, since the memo's copy cost about 700 bytes a job on etcd
         self._stored_paths: dict[str, str | None] = {}
         #: a stored path is the caller's (no namespace) or shared with the backend's maps
         self._memo_stored = self.keeps_stored_paths or not self._ns.prefix
@@ -588,7 +588,7 @@ class BaseRegistry(abc.ABC):
             stored = self._ns.to_server(path)
             if len(self._stored_paths) >= _STORED_MEMO:
                 self._stored_paths.clear()
-            if not self._memo_stored:
+            if not self._memo_stored and path != "/":
                 self._stored_paths[shared(path)] = None
                 return stored
             if self.keeps_stored_paths:
@@ -635,9 +635,9 @@ class BaseRegistry(abc.ABC):
         if ops and self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
         # every fire's ops pass here: a memo hit skips ``_stored``'s call, and so does a
-        # path the memo knows as validated where the join is made per op (etcd's namespace)
+        # path the memo knows as validated where the prefix is joined per op (None)
         stored_paths = self._stored_paths
-        join = "" if self._memo_stored else self._ns.prefix
+        prefix = self._ns.prefix
         stored_ops: list[Op] = []
         written: dict[str, int] = {}
         deletes: dict[str, int] = {}
@@ -646,8 +646,7 @@ class BaseRegistry(abc.ABC):
             if isinstance(op, Check):
                 stored_path = stored_paths.get(op.path, "")
                 if not stored_path:
-                    joined = join and op.path != "/" and stored_path is None
-                    stored_path = join + op.path if joined else self._stored(op.path)
+                    stored_path = prefix + op.path if stored_path is None else self._stored(op.path)
                 stored_ops.append(op if stored_path == op.path else Check(stored_path, op.version))
                 continue
             if not isinstance(op, (Create, Set, Delete)):
@@ -656,7 +655,7 @@ class BaseRegistry(abc.ABC):
             if op.path == "/":
                 stored = self._stored_writable(op.path)  # raises for the root
             elif not stored:
-                stored = join + op.path if join and stored is None else self._stored(op.path)
+                stored = prefix + op.path if stored is None else self._stored(op.path)
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"
