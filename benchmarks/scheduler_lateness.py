@@ -34,12 +34,18 @@ With ``--gc-threshold N`` every child, APScheduler's too, runs with the garbage 
 first threshold at N, as ``shardjob worker`` runs (``scheduler/gc_tuning.py``); by default
 Python's, as in an application that embeds a ``Scheduler``.
 
+Each child, APScheduler's too, is pinned to every CPU but one (``--placement apart``, the
+default; ``benchmarks/placement.py``): the registry servers run on this machine, and left to
+share every core with them a child loses fires to them that it would not lose where users
+deploy, with the registry on machines of its own. ``--placement shared`` pins nothing.
+
 With ``--etcd-max-txn-ops N`` etcd also runs a second time (``shardjob-etcd-N``) with the
 URL option ``max_txn_ops=N``: its group commit fills transactions of up to N ops per list
 instead of etcd's default 128 (the servers the benchmark starts take 1,024).
 
 Usage: ``.venv/bin/python -m benchmarks.scheduler_lateness [--quick] [--jobs 1000,10000]
-[--backends memory,zookeeper,etcd] [--gc-threshold 20000] [--etcd-max-txn-ops 1024]``
+[--backends memory,zookeeper,etcd] [--gc-threshold 20000] [--etcd-max-txn-ops 1024]
+[--placement apart|shared]``
 """
 
 from __future__ import annotations
@@ -49,12 +55,13 @@ import gc
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +78,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.common import summarize as _summarize
+from benchmarks.placement import APART, PLACEMENTS, SHARED, describe, measured_cpus, pin
 from benchmarks.raw_limit import raw_batched_writes
 from benchmarks.server_counters import read_count
 from benchmarks.start_cost import start_bound
@@ -297,7 +305,9 @@ def _child(argv: list[str]) -> int:
         "--scrape-interval", type=float, default=SCRAPE_INTERVAL, help="with --metrics: s between scrapes (0: none)"
     )
     parser.add_argument("--gc-threshold", type=int, default=0, help="the collector's first threshold (0: Python's)")
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to pin this process to (none: not pinned)")
     args = parser.parse_args(argv)
+    pin([int(c) for c in args.cpus.split(",") if c])  # before any thread starts: they inherit it
     tune_gc(args.gc_threshold)  # before anything is built: start-up is measured too
     recorder = _Recorder()
     progress = _Progress(args.progress, recorder, args.jobs)
@@ -377,6 +387,8 @@ def _child(argv: list[str]) -> int:
         "cpu_share": round(cpu / args.duration, 3),
         "server": server,
         "gc_threshold": gc.get_threshold()[0],
+        # the CPUs it ran on (``--cpus``): what the placement asked for, seen by the child
+        "cpus": sorted(os.sched_getaffinity(0)),
     }
     progress.phase = "reporting"
     result.update(started_scheduler.report())
@@ -464,6 +476,7 @@ def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 "p99_ms": r["lateness_ms"]["p99"],
                 "fires": r["fires"],
                 "cpu_s": r["cpu_s"],
+                "cpus": r["cpus"],
             }
             for r in rounds
         ],
@@ -515,6 +528,7 @@ def _run_child(
     scrape: float = SCRAPE_INTERVAL,
     tag: str = "",
     gc_threshold: int = 0,
+    cpus: Sequence[int] = (),
 ) -> dict[str, Any]:
     """The child's figures; if it runs out of ``bound``, what it had got to by then
     (``completed`` False) rather than an error: that is the figure for this job count."""
@@ -528,7 +542,7 @@ def _run_child(
         "--result", str(result_file), "--progress", str(progress_file),
         "--registry", registry, "--counter", counter, "--history", history,
         *(["--metrics", "--scrape-interval", f"{scrape:g}"] if metrics else []),
-        "--gc-threshold", str(gc_threshold),
+        "--gc-threshold", str(gc_threshold), "--cpus", ",".join(str(c) for c in cpus),
     ]  # fmt: skip
     with open(log_file, "wb") as log:
         try:
@@ -583,6 +597,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
     add_gc_threshold(parser, "every child, APScheduler's too")
     parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=APART,
+        help=f"{APART} (default): pin each child to all CPUs but one, left to the registry servers; "
+        f"{SHARED}: pin nothing (see benchmarks/placement.py)",
+    )
+    parser.add_argument(
         "--child-timeout",
         type=float,
         default=None,
@@ -625,6 +646,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     limits: dict[str, float] = {}
     window = args.duration / args.rounds
+    cpus = measured_cpus(args.placement)
     with (
         servers(args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends) as live,
         tempfile.TemporaryDirectory(prefix="shardjob-bench-lateness-") as tmp,
@@ -655,7 +677,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     child = label if label in SCHEDULERS else _label("etcd")  # etcd with max_txn_ops
                     figures = _run_child(
                         child, jobs, window, args.warmup, bound, Path(tmp), index, registry=registry, counter=counter,
-                        gc_threshold=args.gc_threshold, tag=label[len(child):],
+                        gc_threshold=args.gc_threshold, tag=label[len(child):], cpus=cpus,
                     )  # fmt: skip
                     figures["scheduler"] = label
                     rounds[label].append(figures)
@@ -699,6 +721,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "backends": args.backends,
         "etcd_max_txn_ops": args.etcd_max_txn_ops,
         "gc_threshold": args.gc_threshold,
+        "placement": args.placement,
+        "measured_cpus": cpus,
+        "machine_cpus": len(os.sched_getaffinity(0)),  # those this run may use
         "raw_batched_writes_per_s": limits,
         "results": results,
         "ratios_shardjob_to_apscheduler": {jobs: _ratios(per) for jobs, per in results.items()},
@@ -719,6 +744,13 @@ def _collector(document: dict[str, Any]) -> str:
         f"Both schedulers run with the garbage collector's first threshold at {threshold:,} "
         f"(`--gc-threshold`; `shardjob worker` sets {WORKER_GC_THRESHOLD:,}), not Python's 700."
     )
+
+
+def _placement(document: dict[str, Any]) -> str:
+    placement = document.get("placement")
+    if placement is None:  # a run from before placements were chosen: as SHARED
+        return ""
+    return " " + describe(placement, document.get("measured_cpus") or [], document["machine_cpus"])
 
 
 def _roomy(document: dict[str, Any]) -> str:
@@ -787,7 +819,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
-        "windows, per fire run. " + _collector(document) + _roomy(document),
+        "windows, per fire run. " + _collector(document) + _placement(document) + _roomy(document),
         "",
         "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | p99 per round ms | threads | RSS MiB "
         "| CPU µs / fire | start s | server req/s (per job-fire) |",

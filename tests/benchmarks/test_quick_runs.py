@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from benchmarks import observability_overhead, registry_cost, registry_latency, run_all, scheduler_lateness
+from benchmarks import (
+    observability_overhead,
+    placement,
+    registry_cost,
+    registry_latency,
+    run_all,
+    scheduler_lateness,
+)
 from benchmarks.common import REPO_ROOT
 from benchmarks.report import BENCHMARK_NAMES, write_report
 from scheduler.gc_tuning import WORKER_GC_THRESHOLD
@@ -177,6 +184,8 @@ def test_scheduler_lateness_quick(quick_run: Path) -> None:
     document = _load(quick_run, "scheduler_lateness")
     expected = {"shardjob", "apscheduler"} if scheduler_lateness.apscheduler_available() else {"shardjob"}
     assert (document["anchor_skipped"] is None) == ("apscheduler" in expected)
+    assert document["placement"] == placement.APART  # the default
+    assert document["measured_cpus"] == placement.measured_cpus(placement.APART)
     assert list(document["results"]) == [str(n) for n in document["job_counts"]]
     for per_count in document["results"].values():
         assert set(per_count) == expected
@@ -188,6 +197,12 @@ def test_scheduler_lateness_quick(quick_run: Path) -> None:
             assert len(figures["rounds"]) == document["rounds"]
             assert sum(r["fires"] for r in figures["rounds"]) == figures["fires"]
             assert 0 < len(figures["lateness_sample_ms"]) <= 2000
+            # each child ran where the placement put it, APScheduler's too
+            for run in figures["rounds"]:
+                if document["measured_cpus"]:
+                    assert run["cpus"] == document["measured_cpus"]
+                else:
+                    assert len(run["cpus"]) == document["machine_cpus"]
 
 
 def test_registry_cost_quick(quick_run: Path) -> None:

@@ -1,0 +1,57 @@
+"""Where a benchmark's measured scheduler process runs: kept off one core of the machine.
+
+Hazard: a scheduler process runs Python on one core at a time (the GIL), and here the
+registry servers run on the same machine. Left to the kernel, the process's threads move
+onto the core a busy server is using: the thread holding the GIL is preempted by the
+server, and the GIL is handed to threads waiting on the other core. On 2 cores, with
+10,000 every-second jobs on etcd, that cost 10-15 % of the fires due and 15-20 % more
+CPU per fire (BENCHMARKS.md, "Kept off the server's core"). In a deployment the registry
+has machines of its own.
+
+The trick: the measured process is pinned to every CPU it may use but one (``APART``),
+which leaves that one to the servers; the kernel then keeps their work there. On a
+machine with one CPU, or with ``SHARED``, nothing is pinned. Each child pins itself
+before it starts a thread (threads inherit the set), and so does each anchor, so
+APScheduler is measured on the same CPUs as shardjob.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+__all__ = ["APART", "PLACEMENTS", "SHARED", "describe", "measured_cpus", "pin"]
+
+#: the measured process on all CPUs but the last one, left to the registry servers
+APART = "apart"
+#: the measured process and the servers on every CPU, as the kernel places them
+SHARED = "shared"
+PLACEMENTS = (APART, SHARED)
+
+
+def measured_cpus(placement: str) -> list[int]:
+    """The CPUs the measured process is pinned to; empty when it is not pinned."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"unknown placement {placement!r}; known: {', '.join(PLACEMENTS)}")
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == SHARED or len(cpus) < 2:
+        return []
+    return cpus[:-1]
+
+
+def pin(cpus: Collection[int]) -> None:
+    """Pin this process (and the threads it starts from now on) to ``cpus``; none: no-op."""
+    if cpus:
+        os.sched_setaffinity(0, set(cpus))
+
+
+def describe(placement: str, cpus: Collection[int], machine_cpus: int) -> str:
+    """How the measured processes were placed, as a sentence for the report."""
+    if not cpus:
+        return f"The measured processes and the registry servers share all {machine_cpus} CPUs."
+    listed = ", ".join(str(c) for c in sorted(cpus))
+    return (
+        f"Each measured process is pinned to CPU{'s' if len(cpus) > 1 else ''} {listed} of the machine's "
+        f"{machine_cpus} (`--placement {placement}`): the registry servers have a core to themselves, as "
+        "on machines of their own in a deployment."
+    )
