@@ -4,9 +4,9 @@ Hazard: a scheduler process runs Python on one core at a time (the GIL), and her
 registry servers run on the same machine. Left to the kernel, the process's threads move
 onto the core a busy server is using: the thread holding the GIL is preempted by the
 server, and the GIL is handed to threads waiting on the other core. On 2 cores, with
-10,000 every-second jobs on etcd, that cost 10-15 % of the fires due and 15-20 % more
-CPU per fire (BENCHMARKS.md, "Kept off the server's core"). In a deployment the registry
-has machines of its own.
+10,000 every-second jobs on etcd, that cost 8-14 % of the fires due, and each fire took
+14-20 % less CPU once the process kept off one core (BENCHMARKS.md, "Kept off the
+server's core"). In a deployment the registry has machines of its own.
 
 The trick: the measured process is pinned to every CPU it may use but one (``APART``),
 which leaves that one to the servers; the kernel then keeps their work there. On a

@@ -748,7 +748,7 @@ def _collector(document: dict[str, Any]) -> str:
 
 def _placement(document: dict[str, Any]) -> str:
     placement = document.get("placement")
-    if placement is None:  # a run from before placements were chosen: as SHARED
+    if placement is None:  # a run from before the option: nothing was pinned, nothing is said
         return ""
     return " " + describe(placement, document.get("measured_cpus") or [], document["machine_cpus"])
 
