@@ -8,8 +8,9 @@ server, and the GIL is handed to threads waiting on the other core. On 2 cores, 
 14-20 % less CPU once the process kept off one core (BENCHMARKS.md, "Kept off the
 server's core"). In a deployment the registry has machines of its own.
 
-The trick: the measured process is pinned to every CPU it may use but one (``APART``),
-which leaves that one to the servers; the kernel then keeps their work there. On a
+The trick: the measured process is pinned to every CPU it may use but one (``APART``).
+The servers may still run anywhere, but the process keeps off that one, so a busy server
+has a core where it preempts nobody's GIL. On a
 machine with one CPU, or with ``SHARED``, nothing is pinned. Each child pins itself
 before it starts a thread (threads inherit the set), and so does each anchor, so
 APScheduler is measured on the same CPUs as shardjob.
@@ -52,6 +53,6 @@ def describe(placement: str, cpus: Collection[int], machine_cpus: int) -> str:
     listed = ", ".join(str(c) for c in sorted(cpus))
     return (
         f"Each measured process is pinned to CPU{'s' if len(cpus) > 1 else ''} {listed} of the machine's "
-        f"{machine_cpus} (`--placement {placement}`): the registry servers have a core to themselves, as "
-        "on machines of their own in a deployment."
+        f"{machine_cpus} (`--placement {placement}`), which keeps it off a core the registry servers "
+        "may use, as their own machines would in a deployment."
     )

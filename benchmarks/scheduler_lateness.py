@@ -750,7 +750,7 @@ def _placement(document: dict[str, Any]) -> str:
     placement = document.get("placement")
     if placement is None:  # a run from before the option: nothing was pinned, nothing is said
         return ""
-    return " " + describe(placement, document.get("measured_cpus") or [], document["machine_cpus"])
+    return " " + describe(placement, document["measured_cpus"], document["machine_cpus"])
 
 
 def _roomy(document: dict[str, Any]) -> str:

@@ -19,7 +19,12 @@ CPUS = sorted(os.sched_getaffinity(0))
 def _in_child(code: str) -> object:
     """What ``code`` (run in a fresh interpreter, from the repository) prints as JSON."""
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     return json.loads(out)
 
