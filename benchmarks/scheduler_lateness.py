@@ -5,10 +5,10 @@
 N jobs (1,000 and 10,000; 200 with ``--quick``), each ``"* * * * * ?"`` (APScheduler:
 ``CronTrigger(second="*")``), each doing nothing but record ``time.time()`` minus its
 scheduled fire time. Each scheduler runs alone in its own child process (one after the
-other, so they share neither a GIL nor the CPU). After start-up, one full garbage
-collection (so that the window starts from a steady heap, not the start-up's) and a
-warm-up (every job has fired, then the collection, then a few seconds more, in which the
-fires the collection held up catch up) a window runs from a whole second: fires
+other, so they share neither a GIL nor the CPU). After start-up and a warm-up (every job
+has fired; then one full garbage collection, so that the window starts from a steady heap,
+not the start-up's; then a few seconds more, in which the fires it held up catch up) a
+window runs from a whole second: fires
 scheduled inside it count. The 30 s (6 s quick) of window per scheduler are split into ``--rounds``
 (3; 1 quick), the two schedulers alternating (A B, B A, A B): this machine is shared, and a
 busy spell then falls on both rather than on whichever ran in it. Lateness p50/p99/max over
