@@ -342,15 +342,16 @@ class ZooKeeperRegistry(BaseRegistry):
         for node in nodes:
             by_depth.setdefault(node.count("/"), []).append(node)
         for depth in sorted(by_depth, reverse=True):
-            pending = [self._client.delete_async(node) for node in by_depth[depth]]
             complete = True
-            for result in pending:
-                try:
-                    self._io.wait(result, deadline)
-                except KzNoNode:
-                    pass
-                except NotEmptyError:
-                    complete = False
+            for chunk, answered_by in self._io.pipelined(by_depth[depth], deadline):
+                pending = [self._client.delete_async(node) for node in chunk]
+                for result in pending:
+                    try:
+                        self._io.wait(result, answered_by)
+                    except KzNoNode:
+                        pass
+                    except NotEmptyError:
+                        complete = False
             if not complete:
                 return False
         return True

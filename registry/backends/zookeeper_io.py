@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from kazoo.exceptions import (
@@ -223,6 +223,18 @@ class ZkIO:
         return RegistryError(f"ZooKeeper failed to {action} {shown}: {type(exc).__name__}")
 
     # -- listings -----------------------------------------------------------------------
+    def pipelined(self, paths: list[str], deadline: float) -> Iterator[tuple[list[str], float]]:
+        """``paths`` in chunks of at most ``_PIPELINE`` requests, each with the deadline for
+        its answers: ``deadline``, or ``connect_timeout`` from the chunk's sending if later.
+
+        Hazard: one deadline over a whole walk failed every subtree too large to walk in
+        ``connect_timeout`` (a namespace of 10,000 jobs holds 130,000 nodes) with "did not
+        answer", while the server answered all along. A chunk's own deadline fails a walk
+        only when the answers stop; a dead connection fails its requests sooner anyway.
+        """
+        for start in range(0, len(paths), _PIPELINE):
+            yield paths[start : start + _PIPELINE], max(deadline, self.read_deadline())
+
     def subtree(self, root: str, deadline: float) -> list[str]:
         """Every node at or below ``root``, parents before children; ``[]`` when absent.
 
@@ -235,11 +247,11 @@ class ZkIO:
         first = True
         while level:
             next_level: list[str] = []
-            for chunk in _chunks(level, _PIPELINE):
+            for chunk, answered_by in self.pipelined(level, deadline):
                 pending = [(p, client.get_children_async(p)) for p in chunk]
                 for path, result in pending:
                     try:
-                        names = self.wait(result, deadline)
+                        names = self.wait(result, answered_by)
                     except KzNoNode:
                         if first:
                             return []
@@ -259,12 +271,12 @@ class ZkIO:
         level = [root]
         while level:
             next_level: list[str] = []
-            for chunk in _chunks(level, _PIPELINE):
+            for chunk, answered_by in self.pipelined(level, deadline):
                 pending = [(p, client.get_async(p), client.get_children_async(p)) for p in chunk]
                 for path, data_result, kids_result in pending:
                     try:
-                        data, stat = self.wait(data_result, deadline)
-                        names = self.wait(kids_result, deadline)
+                        data, stat = self.wait(data_result, answered_by)
+                        names = self.wait(kids_result, answered_by)
                     except KzNoNode:
                         continue
                     nodes[path] = Node(data or b"", stat.version, stat.ephemeralOwner != 0)
@@ -287,11 +299,6 @@ def visible_child_paths(path: str, names: Iterable[str]) -> set[str]:
     paths = {prefix + name for name in names}
     paths.discard(_SYSTEM_PATH)  # listed under "/" only
     return paths
-
-
-def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class _Flag:

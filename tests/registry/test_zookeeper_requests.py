@@ -1,7 +1,8 @@
 """How the ZooKeeper backend talks to the server: the parents a transaction's re-plan
 trusts without reading them again (those earlier re-plans made or found, those a tree
-watch reported), and the one-``poll(2)`` select of kazoo's connection thread. All are
-shortcuts; these tests pin that they never change an outcome."""
+watch reported), the one-``poll(2)`` select of kazoo's connection thread, and the
+deadlines of a pipelined walk. All are shortcuts; these tests pin that they never change
+an outcome."""
 
 from __future__ import annotations
 
@@ -177,3 +178,33 @@ def test_a_deleted_node_found_with_children_is_re_planned_with_its_subtree(
     assert read == [f"{registry.parse_url(ours.url).namespace}/jobs/old"]
     assert other.get("/jobs/new/config") == b"3"
     assert other.children("/jobs") == ["new"]
+
+
+#: nodes in the walked subtree: a walk of 20 pipelined chunks
+WALKED = 10_000
+
+
+def test_a_subtree_longer_to_walk_than_connect_timeout_is_read_and_deleted_whole(zk_server: Any) -> None:
+    """Each pipelined chunk gets ``connect_timeout`` for its answers, not the whole walk: a
+    namespace of 10,000 jobs (130,000 nodes) takes longer to walk than any one answer may."""
+    namespace = "/zkwalk" + uuid.uuid4().hex[:10]
+    roomy = registry.connect(f"zk://{zk_server.address}{namespace}")
+    tight = None
+    try:
+        creates = [Create(f"/big/n{i:05d}", b"v") for i in range(WALKED)]
+        for start in range(0, WALKED, roomy.max_txn_ops):
+            roomy.transaction(creates[start : start + roomy.max_txn_ops])
+        walks = []
+        for _ in range(2):  # the faster of two: the server's first walk may be the slower
+            began = time.monotonic()
+            assert len(roomy.read_tree("/big")) == WALKED + 1
+            walks.append(time.monotonic() - began)
+        # a third of the walk: the walk outlasts it three times, a chunk fits in it several
+        tight = registry.connect(f"zk://{zk_server.address}{namespace}?connect_timeout={min(walks) / 3:.3f}")
+        assert len(tight.read_tree("/big")) == WALKED + 1
+        tight.delete("/big")
+        assert not roomy.exists("/big")
+    finally:
+        if tight is not None:
+            tight.close()
+        roomy.close()
