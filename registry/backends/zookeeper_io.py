@@ -78,8 +78,9 @@ _T = TypeVar("_T")
 ROOT_SYSTEM_NODE = "zookeeper"
 _SYSTEM_PATH = "/" + ROOT_SYSTEM_NODE
 
-# Subtree listings issue at most this many requests before collecting their answers, so
-# a huge level neither floods the connection nor holds thousands of pending results.
+# Walks of a subtree (reads, deletes, a tree watch's scan) send the requests of at most
+# this many nodes before collecting their answers, so a huge level neither floods the
+# connection nor holds thousands of pending results.
 _PIPELINE = 500
 
 
@@ -223,9 +224,9 @@ class ZkIO:
         return RegistryError(f"ZooKeeper failed to {action} {shown}: {type(exc).__name__}")
 
     # -- listings -----------------------------------------------------------------------
-    def pipelined(self, paths: list[str], deadline: float) -> Iterator[tuple[list[str], float]]:
-        """``paths`` in chunks of at most ``_PIPELINE`` requests, each with the deadline for
-        its answers: ``deadline``, or ``connect_timeout`` from the chunk's sending if later.
+    def pipelined(self, paths: list[str], deadline: float = 0.0) -> Iterator[tuple[list[str], float]]:
+        """``paths`` in chunks of at most ``_PIPELINE`` nodes, each with the deadline for its
+        answers: ``connect_timeout`` from the chunk's sending, or ``deadline`` if later.
 
         Hazard: one deadline over a whole walk failed every subtree too large to walk in
         ``connect_timeout`` (a namespace of 10,000 jobs holds 130,000 nodes) with "did not

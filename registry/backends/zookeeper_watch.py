@@ -55,7 +55,6 @@ __all__ = ["TreeWatcher"]
 
 log = logging.getLogger("registry.zookeeper")
 
-_PIPELINE = 500
 _SYNC_ATTEMPTS = 3
 #: seconds between two tries of a resync that failed while connected (doubling, capped)
 _RESYNC_BACKOFF = 0.05
@@ -367,9 +366,9 @@ class TreeWatcher:
         node read and a child watch on each but the watch's leaves (whose children it
         leaves out). Returns (path, node, czxid) parents first, and children.
 
-        Each pipelined chunk gets the read timeout of its own: the server must keep
-        answering, not answer a whole subtree (360,000 reads at 10,000 jobs) in one
-        timeout."""
+        Each pipelined chunk gets the read timeout of its own (``ZkIO.pipelined``): the
+        server must keep answering, not answer a whole subtree (360,000 reads at 10,000
+        jobs) in one timeout."""
         client = self._io.client
         leaf = self.registration.leaf
         found: list[tuple[str, Node, int]] = []
@@ -377,9 +376,7 @@ class TreeWatcher:
         level = list(starts)
         while level:
             next_level: list[str] = []
-            for start in range(0, len(level), _PIPELINE):
-                chunk = level[start : start + _PIPELINE]
-                deadline = self._io.read_deadline()
+            for chunk, deadline in self._io.pipelined(level):
                 pending = [
                     (
                         p,
