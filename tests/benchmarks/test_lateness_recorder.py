@@ -59,6 +59,15 @@ def test_lateness_between_takes_the_fires_scheduled_in_the_window() -> None:
     assert late[0] - late[1] == pytest.approx(1.0, abs=0.5)
 
 
+def test_fires_by_second_counts_each_second_of_the_window() -> None:
+    recorder = _Recorder()
+    for when in (9.9, 10.0, 10.5, 12.2, 12.9, 12.99, 13.0):
+        recorder.record("job", when)
+    late, counts = recorder.fires_by_second(10.0, 13.0)
+    assert counts == [2, 0, 3]  # the second with no fire shows as 0: a pause
+    assert len(late) == sum(counts)
+
+
 def test_a_sample_costs_two_doubles() -> None:
     recorder = _Recorder()
     recorder.record("job", 0.0)  # the one name, in ``fired`` before the count starts

@@ -201,6 +201,7 @@ def test_scheduler_lateness_quick(quick_run: Path) -> None:
             for run in figures["rounds"]:
                 # the forced collection's aftermath falls in the warm-up, not the window
                 assert run["settled_s"] >= document["warmup_s"]
+                assert sum(run["fires_by_second"]) == run["fires"]
                 if document["measured_cpus"]:
                     assert run["cpus"] == document["measured_cpus"]
                 else:
