@@ -131,8 +131,7 @@ class _Recorder:
 
     def lateness_between(self, start: float, end: float) -> list[float]:
         """Seconds late of the fires scheduled in ``[start, end)``."""
-        samples = self.samples[:]  # a copy: fires may still be recording
-        return [samples[i + 1] for i in range(0, len(samples) - 1, 2) if start <= samples[i] < end]
+        return self.fires_by_second(start, end)[0]
 
     def fires_by_second(self, start: float, end: float) -> tuple[list[float], list[int]]:
         """The lateness of the fires scheduled in ``[start, end)``, and how many were
@@ -140,7 +139,7 @@ class _Recorder:
         spread), both from one copy of the samples."""
         counts = [0] * math.ceil(end - start)
         late: list[float] = []
-        samples = self.samples[:]
+        samples = self.samples[:]  # a copy: fires may still be recording
         for i in range(0, len(samples) - 1, 2):
             if start <= samples[i] < end:
                 counts[int(samples[i] - start)] += 1
