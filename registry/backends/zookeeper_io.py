@@ -19,6 +19,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -50,7 +51,7 @@ from kazoo.protocol.serialization import Auth, Connect
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from registry.backends.retrying import call_with_retries
-from registry.backends.zookeeper_wire import MultiEncoder
+from registry.backends.zookeeper_wire import MultiEncoder, get_children, get_data, send_multi_read
 from registry.errors import (
     BadVersionError,
     NodeExistsError,
@@ -73,15 +74,25 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+_C = TypeVar("_C")
 
 #: ZooKeeper's own subtree under the real root; never shown to callers.
 ROOT_SYSTEM_NODE = "zookeeper"
 _SYSTEM_PATH = "/" + ROOT_SYSTEM_NODE
 
-# Walks of a subtree (reads, deletes, a tree watch's scan) send the requests of at most
-# this many nodes before collecting their answers, so a huge level neither floods the
-# connection nor holds thousands of pending results.
+# A tree watch's scan (a watch is armed by a read of its own: no multiRead) sends the
+# requests of at most this many nodes before collecting their answers, so a huge level
+# neither floods the connection nor holds thousands of pending results.
 _PIPELINE = 500
+# Requests that each carry many nodes' reads or deletes: at most _IN_FLIGHT are sent and
+# not yet answered (``ZkIO.windowed``).
+_IN_FLIGHT = 4
+# A whole-tree read goes in multiReads of at most this many nodes. Hazard: a multiRead's answer holds every value it
+# read, and nothing bounds it but the node count: 250 nodes of this layout are some
+# 100 KB; 250 of ZooKeeper's largest (1 MB) values would be 250 MB.
+_READ_NODES = 250
+# request bytes per multiRead, at most: well under ZooKeeper's jute.maxbuffer (1 MB)
+_READ_BYTES = 256 * 1024
 
 
 class NotConnected(Exception):
@@ -239,51 +250,95 @@ class ZkIO:
     def subtree(self, root: str, deadline: float) -> list[str]:
         """Every node at or below ``root``, parents before children; ``[]`` when absent.
 
-        One pipelined request per node, level by level. Not a snapshot: nodes may come and
-        go meanwhile, and callers that act on the list must cope with that.
-        """
-        client = self.client
+        Read level by level, each level's children in multiReads (``read_levels``). Not a
+        snapshot: nodes may come and go meanwhile, and callers that act on the list must
+        cope with that."""
         out: list[str] = []
-        level = [root]
-        first = True
-        while level:
-            next_level: list[str] = []
-            for chunk, answered_by in self.pipelined(level, deadline):
-                pending = [(p, client.get_children_async(p)) for p in chunk]
-                for path, result in pending:
-                    try:
-                        names = self.wait(result, answered_by)
-                    except KzNoNode:
-                        if first:
-                            return []
-                        continue
-                    out.append(path)
-                    next_level.extend(join(path, n) for n in visible_children(path, names))
-            level = next_level
-            first = False
+        for path, _, _ in self.read_levels(root, deadline, data=False):
+            out.append(path)
         return out
 
     def tree(self, root: str, deadline: float) -> dict[str, Node]:
-        """``root`` and every node below it, read level by level: one pipelined round of a
-        data and a children request per node, so round trips follow the depth, not the
-        node count. Not a snapshot (see ``subtree``); a node gone meanwhile is left out."""
-        client = self.client
+        """``root`` and every node below it, with values, read as ``subtree`` reads it: the
+        requests follow the node count divided by ``_READ_NODES``, and round trips the
+        depth. Not a snapshot (see ``subtree``); a node gone meanwhile is left out."""
         nodes: dict[str, Node] = {}
+        for path, value, stat in self.read_levels(root, deadline, data=True):
+            nodes[path] = Node(value, stat.version, stat.ephemeralOwner != 0)
+        return nodes
+
+    def read_levels(self, root: str, deadline: float, *, data: bool) -> Iterator[tuple[str, bytes, Any]]:
+        """``(path, value, stat)`` of ``root`` and every node below it, parents first
+        (``b""`` and None unless ``data``), read in multiReads (``multi_read``). A node gone
+        between its parent's listing and its own read is left out, with what lay below
+        it; nothing when ``root`` is absent."""
         level = [root]
         while level:
             next_level: list[str] = []
-            for chunk, answered_by in self.pipelined(level, deadline):
-                pending = [(p, client.get_async(p), client.get_children_async(p)) for p in chunk]
-                for path, data_result, kids_result in pending:
-                    try:
-                        data, stat = self.wait(data_result, answered_by)
-                        names = self.wait(kids_result, answered_by)
-                    except KzNoNode:
-                        continue
-                    nodes[path] = Node(data or b"", stat.version, stat.ephemeralOwner != 0)
-                    next_level.extend(join(path, n) for n in visible_children(path, names))
+            for path, got, names in self.multi_read(level, deadline, data=data):
+                if isinstance(got, KzNoNode) or isinstance(names, KzNoNode):
+                    continue  # gone since its parent was listed
+                for answer in (got, names):
+                    if isinstance(answer, Exception):
+                        raise answer
+                value, stat = got if data else (b"", None)
+                yield path, value, stat
+                next_level.extend(join(path, n) for n in visible_children(path, names))
             level = next_level
-        return nodes
+
+    def multi_read(
+        self,
+        paths: list[str],
+        deadline: float = 0.0,
+        *,
+        data: bool = True,
+        listed: Callable[[str], bool] | None = None,
+    ) -> Iterator[tuple[str, Any, Any]]:
+        """``(path, data answer, children answer)`` of each of ``paths``, in order, read in
+        multiReads of at most ``_READ_NODES`` nodes and ``_READ_BYTES`` of request, which
+        arm no watch. A data answer is ``(value, ZnodeStat)``, a children answer the child
+        names; either is the read's exception instance where it failed (each read fails on
+        its own), or None where not asked: data unless ``data``, children where ``listed``
+        says no (all are listed by default)."""
+        chunks: list[tuple[list[tuple[str, bool]], list[bytes]]] = []
+        chunk: list[tuple[str, bool]] = []
+        ops: list[bytes] = []
+        size = 0
+        for path in paths:
+            children = listed is None or listed(path)
+            read = ([get_data(path)] if data else []) + ([get_children(path)] if children else [])
+            request = sum(map(len, read))
+            if chunk and (len(chunk) >= _READ_NODES or size + request > _READ_BYTES):
+                chunks.append((chunk, ops))
+                chunk, ops, size = [], [], 0
+            chunk.append((path, children))
+            ops.extend(read)
+            size += request
+        if chunk:
+            chunks.append((chunk, ops))
+        for (nodes, _), answer in self.windowed(chunks, lambda c: send_multi_read(self.client, c[1]), deadline):
+            results = iter(answer)
+            for path, children in nodes:
+                got = next(results) if data else None
+                yield path, got, next(results) if children else None
+
+    def windowed(
+        self, chunks: Iterable[_C], send: Callable[[_C], Any], deadline: float = 0.0
+    ) -> Iterator[tuple[_C, Any]]:
+        """Each chunk with its answer, in order: ``send(chunk)`` queues its request (a kazoo
+        async result), at most ``_IN_FLIGHT`` ahead of the one waited for, so the server
+        answers one while the client builds or reads another. Each answer is due by the
+        rule of ``pipelined``: ``connect_timeout`` from its sending, or ``deadline`` if later.
+        """
+        sent: collections.deque[tuple[_C, Any, float]] = collections.deque()
+        for chunk in chunks:
+            if len(sent) >= _IN_FLIGHT:
+                done, result, answered_by = sent.popleft()
+                yield done, self.wait(result, answered_by)
+            sent.append((chunk, send(chunk), max(deadline, self.read_deadline())))
+        while sent:
+            done, result, answered_by = sent.popleft()
+            yield done, self.wait(result, answered_by)
 
 
 def visible_children(path: str, names: Iterable[str]) -> list[str]:

@@ -6,9 +6,10 @@ root while it is absent), re-reading a node whenever its watch fires (which re-a
 kazoo also forgets every watch when the connection drops (it does not re-register them on
 reconnect): after a reconnect the backend re-arms them with one SetWatches per 128 KiB of
 paths (``zookeeper_rewatch``, from ``armed()``), and only what changed meanwhile is read;
-if that fails, the whole subtree is read again and handed to ``_resync``. Cost of a
-read: two pipelined requests per node (one for a node the watch's ``leaves`` names: it
-gets no child watch), paid when the watch starts (BENCHMARKS.md has what that takes).
+if that fails, the whole subtree is read again and handed to ``_resync``. A subtree is
+read in multiReads and its watches armed by SetWatches after the reads (``_scan``): a
+few requests per 250 nodes, where a read per node armed its watches until then (a node
+the watch's ``leaves`` names gets no child watch and no children read).
 
 Invariants kept here:
 
@@ -46,7 +47,7 @@ from kazoo.protocol.states import EventType
 
 from registry.backends.base import BaseRegistry, WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_child_paths, visible_children
-from registry.backends.zookeeper_rewatch import Rearm
+from registry.backends.zookeeper_rewatch import Rearm, rearm
 from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
 from registry.protocol import EventKind, Node
@@ -362,43 +363,48 @@ class TreeWatcher:
         return [c for c in children if not self.registration.excluded(c)]
 
     def _scan(self, starts: list[str]) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
-        """Read ``starts`` and their subtrees, level by level, arming a data watch on each
+        """Read ``starts`` and their subtrees, level by level, and arm a data watch on each
         node read and a child watch on each but the watch's leaves (whose children it
         leaves out). Returns (path, node, czxid) parents first, and children.
 
-        Each pipelined chunk gets the read timeout of its own (``ZkIO.pipelined``): the
-        server must keep answering, not answer a whole subtree (360,000 reads at 10,000
-        jobs) in one timeout."""
+        The reads go in multiReads (``ZkIO.multi_read``), which arm nothing; the watches
+        are armed afterwards by SetWatches relative to the last zxid the client saw before
+        the first read (``zookeeper_rewatch.rearm``). Every change after that zxid to a node
+        read is reported by the server at once, as the watch it armed would have fired,
+        so nothing between a read and its arming goes unseen; a change the read already
+        saw may come once more, and is read again for nothing. Two requests per node
+        became a few per 250 nodes: a process joining a namespace of 10,000 jobs read it
+        node by node for 17 s."""
         client = self._io.client
         leaf = self.registration.leaf
+        relative_zxid = client.last_zxid
+        if not relative_zxid:  # no answer seen yet: every node would be reported changed
+            self._io.wait_answer(client.exists_async(self.root))
+            relative_zxid = client.last_zxid
         found: list[tuple[str, Node, int]] = []
         kids: dict[str, list[str]] = {}
         level = list(starts)
         while level:
             next_level: list[str] = []
-            for chunk, deadline in self._io.pipelined(level):
-                pending = [
-                    (
-                        p,
-                        client.get_async(p, watch=self.data_callback),
-                        None if leaf is not None and leaf(p) else client.get_children_async(p, watch=self.child_callback),
-                    )
-                    for p in chunk
-                ]
-                for path, data_result, kids_result in pending:
-                    try:
-                        data, stat = self._io.wait(data_result, deadline)
-                    except (KzNoNode, NoAuthError):
-                        continue  # gone, or not ours to read: skip it and what is below
-                    try:
-                        names = [] if kids_result is None else self._io.wait(kids_result, deadline)
-                    except (KzNoNode, NoAuthError):
-                        names = []  # deleted since the data read: its data watch fires
-                    children = self._watched_children(path, names)
-                    found.append((path, _node(data, stat), stat.czxid))
-                    kids[path] = children
-                    next_level.extend(children)
+            listed = None if leaf is None else lambda p: not leaf(p)
+            for path, got, names in self._io.multi_read(level, listed=listed):
+                if isinstance(got, (KzNoNode, NoAuthError)):
+                    continue  # gone, or not ours to read: skip it and what is below
+                if isinstance(names, (KzNoNode, NoAuthError)) or names is None:
+                    names = []  # deleted since the data read: its data watch reports it
+                for answer in (got, names):
+                    if isinstance(answer, Exception):
+                        raise answer
+                data, stat = got
+                children = self._watched_children(path, names)
+                found.append((path, _node(data, stat), stat.czxid))
+                kids[path] = children
+                next_level.extend(children)
             level = next_level
+        armed = Rearm(self.data_callback, self.child_callback)
+        armed.data = [path for path, _, _ in found]
+        armed.child = [path for path in armed.data if leaf is None or not leaf(path)]
+        rearm(client, relative_zxid, [armed], self._io.wait_answer)
         return found, kids
 
 

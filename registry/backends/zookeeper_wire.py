@@ -1,4 +1,5 @@
-"""ZooKeeper multi requests encoded by this backend, and their answers decoded, in one pass.
+"""ZooKeeper multi requests encoded by this backend, and their answers decoded, in one pass;
+and ZooKeeper 3.6's ``multiRead``, many reads in one request, which kazoo does not offer.
 
 kazoo encodes a multi op by op at every send (a header named tuple, the path, the version,
 the ACL of a create: a dozen small ``bytes`` concatenated each), on its connection thread,
@@ -18,6 +19,12 @@ Invariants:
   instance when the server refused the multi; an op type this module never sends fails
   the request (kazoo hands the error to its caller) rather than misreading what follows.
 
+A ``multiRead`` (``EncodedMultiRead``) carries data and children reads (``get_data``,
+``get_children``, no watch: a multiRead arms none) and is answered op by op, each read on
+its own: a node missing is that op's ``NoNodeError`` instance, the others are answered.
+A whole-namespace read of 10,000 jobs (130,000 nodes) took two requests per node; in
+multiReads it takes a few hundred.
+
 Nothing is kept per path: most paths a client writes are written once (a job's start-up
 nodes), so kept encodings would cost memory per job for next to no saving.
 
@@ -29,6 +36,7 @@ fails every ZooKeeper transaction of the contract suite, not silently.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import EXCEPTIONS
@@ -37,12 +45,23 @@ from kazoo.security import ACL
 
 from registry.errors import RegistryError
 
-__all__ = ["EncodedMulti", "MultiEncoder", "request_size", "send_multi"]
+__all__ = [
+    "EncodedMulti",
+    "EncodedMultiRead",
+    "MultiEncoder",
+    "get_children",
+    "get_data",
+    "request_size",
+    "send_multi",
+    "send_multi_read",
+]
 
 _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!iBi")  # op type, done flag, error: ahead of every op
 _STAT = struct.Struct("!qqqqiiiqiiq")
 _CREATE, _DELETE, _SET, _CHECK = 1, 2, 5, 13
+_GET_DATA, _GET_CHILDREN = 4, 8
+_MULTI_READ = 22  # the request type of ZooKeeper 3.6's multiRead
 _ERROR = -1
 #: the header that closes a multi request
 MULTI_END = _HEADER.pack(-1, 1, -1)
@@ -53,6 +72,8 @@ _CHECK_HEADER, _DELETE_HEADER = _HEADER.pack(_CHECK, 0, -1), _HEADER.pack(_DELET
 _CREATE_HEADER, _SET_HEADER = _HEADER.pack(_CREATE, 0, -1), _HEADER.pack(_SET, 0, -1)
 _EPHEMERAL, _PERSISTENT = _INT.pack(1), _INT.pack(0)  # a create's flags
 _NONE = _INT.pack(-1)
+_GET_DATA_HEADER, _GET_CHILDREN_HEADER = _HEADER.pack(_GET_DATA, 0, -1), _HEADER.pack(_GET_CHILDREN, 0, -1)
+_NO_WATCH = b"\x00"
 
 
 def _string(text: str) -> bytes:
@@ -99,36 +120,94 @@ class EncodedMulti(Transaction):  # type: ignore[misc]  # kazoo is untyped
 
     @classmethod
     def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        results: list[Any] = []
-        unpack_header, unpack_int = _HEADER.unpack_from, _INT.unpack_from
-        while True:
-            op_type, done, _ = unpack_header(data, offset)
-            offset += 9
-            if done:
-                return results
-            if op_type in (_CHECK, _DELETE):
-                results.append(True)
-            elif op_type == _CREATE:
-                (length,) = unpack_int(data, offset)
-                offset += 4
-                if length <= 0:  # kazoo keeps no result for an empty or absent path
-                    continue
-                results.append(data[offset : offset + length].decode("utf-8"))
-                offset += length
-            elif op_type == _SET:
-                results.append(ZnodeStat._make(_STAT.unpack_from(data, offset)))
-                offset += _STAT.size
-            elif op_type == _ERROR:
-                (code,) = unpack_int(data, offset)
-                offset += 4
-                results.append(EXCEPTIONS[code]())
-            else:
-                # not a ValueError: the server may have applied the multi, and a caller that
-                # takes ValueError for "refused before sending" must not send it again
-                raise RegistryError(
-                    f"ZooKeeper answered a multi with op type {op_type}, which it was never sent; "
-                    "whether it was applied is unknown"
-                )
+        return _answers(data, offset, _write_result)
+
+
+def get_data(path: str) -> bytes:
+    """A multiRead's data read of ``path``: answered ``(value, ZnodeStat)``."""
+    return b"".join((_GET_DATA_HEADER, _string(path), _NO_WATCH))
+
+
+def get_children(path: str) -> bytes:
+    """A multiRead's children read of ``path``: answered with the child names."""
+    return b"".join((_GET_CHILDREN_HEADER, _string(path), _NO_WATCH))
+
+
+class EncodedMultiRead(EncodedMulti):
+    """A ``multiRead`` of ``get_data`` and ``get_children`` bytes: one answer per op, in
+    order: ``(value, ZnodeStat)`` (an absent value as ``b""``), a list of child names, or
+    the op's exception instance. kazoo routes it as any request; only a multi (type 14)
+    has its answer rewritten (``Transaction.unchroot``), and this one carries no path."""
+
+    __slots__ = ()
+    type = _MULTI_READ
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        return _answers(data, offset, _read_result)
+
+
+_NO_RESULT = object()  # an op kazoo keeps no result for
+_ResultReader = Callable[[int, bytes, int], tuple[Any, int]]
+
+
+def _answers(data: bytes, offset: int, result_of: _ResultReader) -> list[Any]:
+    """The results of a multi's (or multiRead's) answer: an op's exception instance where
+    the server refused it, else what ``result_of(op type, data, offset)`` reads."""
+    results: list[Any] = []
+    unpack_header, unpack_int = _HEADER.unpack_from, _INT.unpack_from
+    while True:
+        op_type, done, _ = unpack_header(data, offset)
+        offset += 9
+        if done:
+            return results
+        if op_type == _ERROR:
+            (code,) = unpack_int(data, offset)
+            offset += 4
+            results.append(EXCEPTIONS[code]())
+            continue
+        result, offset = result_of(op_type, data, offset)
+        if result is not _NO_RESULT:
+            results.append(result)
+
+
+def _write_result(op_type: int, data: bytes, offset: int) -> tuple[Any, int]:
+    if op_type in (_CHECK, _DELETE):
+        return True, offset
+    if op_type == _CREATE:
+        (length,) = _INT.unpack_from(data, offset)
+        offset += 4
+        if length <= 0:  # kazoo keeps no result for an empty or absent path
+            return _NO_RESULT, offset
+        return data[offset : offset + length].decode("utf-8"), offset + length
+    if op_type == _SET:
+        return ZnodeStat._make(_STAT.unpack_from(data, offset)), offset + _STAT.size
+    # not a ValueError: the server may have applied the multi, and a caller that takes
+    # ValueError for "refused before sending" must not send it again
+    raise RegistryError(
+        f"ZooKeeper answered a multi with op type {op_type}, which it was never sent; "
+        "whether it was applied is unknown"
+    )
+
+
+def _read_result(op_type: int, data: bytes, offset: int) -> tuple[Any, int]:
+    unpack_int = _INT.unpack_from
+    if op_type == _GET_DATA:
+        (length,) = unpack_int(data, offset)
+        offset += 4 + max(length, 0)
+        value = data[offset - length : offset] if length > 0 else b""
+        return (value, ZnodeStat._make(_STAT.unpack_from(data, offset))), offset + _STAT.size
+    if op_type == _GET_CHILDREN:
+        (count,) = unpack_int(data, offset)
+        offset += 4
+        names: list[str] = []
+        for _ in range(max(count, 0)):
+            (length,) = unpack_int(data, offset)
+            offset += 4
+            names.append(data[offset : offset + length].decode("utf-8"))
+            offset += length
+        return names, offset
+    raise RegistryError(f"ZooKeeper answered a multiRead with op type {op_type}, which it was never sent")
 
 
 def request_size(operations: list[bytes]) -> int:
@@ -140,4 +219,11 @@ def send_multi(client: Any, operations: list[bytes]) -> Any:
     """Queue the multi on ``client``'s connection; kazoo's async result of its answer."""
     result = client.handler.async_result()
     client._call(EncodedMulti(operations), result)
+    return result
+
+
+def send_multi_read(client: Any, operations: list[bytes]) -> Any:
+    """Queue the multiRead on ``client``'s connection; kazoo's async result of its answer."""
+    result = client.handler.async_result()
+    client._call(EncodedMultiRead(operations), result)
     return result

@@ -1,8 +1,10 @@
 """How the ZooKeeper backend talks to the server: the parents a transaction's re-plan
 trusts without reading them again (those earlier re-plans made or found, those a tree
-watch reported), the one-``poll(2)`` select of kazoo's connection thread, and the
-deadlines of a pipelined walk. All are shortcuts; these tests pin that they never change
-an outcome."""
+watch reported), the one-``poll(2)`` select of kazoo's connection thread, a subtree read
+in multiReads and deleted in multis, and the deadlines of such a walk; a tree watch that
+reads in multiReads and arms its watches afterwards with SetWatches, relative to the
+zxid seen before the reads, so what changes in between is still reported. All are
+shortcuts; these tests pin that they never change an outcome."""
 
 from __future__ import annotations
 
@@ -15,9 +17,13 @@ from typing import Any
 import pytest
 
 import registry
+from registry.backends import zookeeper, zookeeper_io, zookeeper_watch
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_poll import PollingHandler
-from registry.protocol import Create, Delete
+from registry.backends.zookeeper_rewatch import rearm
+from registry.protocol import Create, Delete, EventKind
+from tests.contract import EventLog
+from tests.servers.zookeeper import packets_received
 from tests.waiting import wait_for
 
 
@@ -180,13 +186,20 @@ def test_a_deleted_node_found_with_children_is_re_planned_with_its_subtree(
     assert other.children("/jobs") == ["new"]
 
 
-#: nodes in the walked subtree: a walk of 20 pipelined chunks
-WALKED = 10_000
+#: nodes in the walked subtree, and per multiRead or multi of deletes: a walk of 1,000
+#: requests, as long as a namespace of 100,000 jobs walked in requests of 250 nodes
+WALKED = 5_000
+WALKED_PER_REQUEST = 5
 
 
-def test_a_subtree_longer_to_walk_than_connect_timeout_is_read_and_deleted_whole(zk_server: Any) -> None:
-    """Each pipelined chunk gets ``connect_timeout`` for its answers, not the whole walk: a
-    namespace of 10,000 jobs (130,000 nodes) takes longer to walk than any one answer may."""
+def test_a_subtree_longer_to_walk_than_connect_timeout_is_read_and_deleted_whole(
+    zk_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each multiRead of the walk, and each multi of its delete, gets ``connect_timeout``
+    for its answer, not the whole walk: a huge namespace takes longer to walk than any one
+    answer may."""
+    monkeypatch.setattr(zookeeper_io, "_READ_NODES", WALKED_PER_REQUEST)
+    monkeypatch.setattr(zookeeper, "_DELETES", WALKED_PER_REQUEST)
     namespace = "/zkwalk" + uuid.uuid4().hex[:10]
     roomy = registry.connect(f"zk://{zk_server.address}{namespace}")
     tight = None
@@ -208,3 +221,93 @@ def test_a_subtree_longer_to_walk_than_connect_timeout_is_read_and_deleted_whole
         if tight is not None:
             tight.close()
         roomy.close()
+
+
+COUNTED = 2_000
+
+
+def test_a_subtree_is_read_and_deleted_in_a_few_requests_counted_at_the_server(zk_server: Any) -> None:
+    """A walk of N nodes costs the server about N / 250 multiReads and its delete N / 500
+    multis more, where a request per node and per read used to go (8,000 for these)."""
+    namespace = "/zkcount" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    try:
+        creates = [Create(f"/big/n{i:05d}", f"{i}".encode()) for i in range(COUNTED)]
+        for start in range(0, COUNTED, reg.max_txn_ops):
+            reg.transaction(creates[start : start + reg.max_txn_ops])
+        before = packets_received(zk_server.address)
+        tree = reg.read_tree("/big")
+        read = packets_received(zk_server.address) - before
+        before = packets_received(zk_server.address)
+        reg.delete("/big")
+        deleted = packets_received(zk_server.address) - before
+        assert not reg.exists("/big") and reg.read_tree("/big") == {}
+    finally:
+        reg.close()
+    assert len(tree) == COUNTED + 1 and tree["/big/n01234"].value == b"1234"
+    assert read <= 20, read  # 9 multiReads, and any other client's pings meanwhile
+    assert deleted <= 30, deleted  # 9 multiReads of children, 5 multis of deletes
+
+
+SCANNED = 2_000
+
+
+def test_a_watch_over_thousands_of_nodes_starts_in_a_few_requests(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
+) -> None:
+    ours, writer = pair
+    creates = [Create(f"/big/n{i:05d}", f"{i}".encode()) for i in range(SCANNED)]
+    for start in range(0, SCANNED, writer.max_txn_ops):
+        writer.transaction(creates[start : start + writer.max_txn_ops])
+    log = EventLog()
+    before = packets_received(zk_server.address)
+    ours.watch("/big", log, initial=True)
+    assert ours.flush_events()
+    sent = packets_received(zk_server.address) - before
+    assert len(log.events) == SCANNED + 1 and log.has(EventKind.CREATED, "/big/n01234", b"1234")
+    # two levels of multiReads (1 + 8 of 250 nodes) and one SetWatches; read node by node,
+    # a data and a children read each: 4,002
+    assert sent <= 25, sent
+    log.clear()
+    writer.put("/big/n01999", b"changed")  # armed: each node's change is reported
+    writer.create("/big/n01999/child", b"new")
+    log.wait(EventKind.UPDATED, "/big/n01999", b"changed")
+    log.wait(EventKind.CREATED, "/big/n01999/child", b"new")
+
+
+def test_what_changes_between_the_reads_and_the_arming_is_reported(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, writer = pair
+    writer.create("/t/a", b"old")
+    writer.create("/t/b", b"doomed")
+    writer.create("/t/c/d", b"deep")
+    changed: list[bool] = []
+
+    def rearm_after_changes(*args: Any) -> int:
+        if not changed:  # the first scan's reads are done; nothing is armed yet
+            changed.append(True)
+            writer.put("/t/a", b"new")
+            writer.delete("/t/b")
+            writer.create("/t/c/e", b"born")
+            writer.delete("/t/c/d")
+        return rearm(*args)
+
+    monkeypatch.setattr(zookeeper_watch, "rearm", rearm_after_changes)
+    log = EventLog()
+    ours.watch("/t", log, initial=True)
+    assert changed
+    # the initial state as read, then each change the server reported against the zxid
+    # seen before the reads
+    assert log.has(EventKind.CREATED, "/t/a", b"old") and log.has(EventKind.CREATED, "/t/b", b"doomed")
+    log.wait(EventKind.UPDATED, "/t/a", b"new")
+    log.wait(EventKind.DELETED, "/t/b")
+    log.wait(EventKind.CREATED, "/t/c/e", b"born")
+    log.wait(EventKind.DELETED, "/t/c/d")
+    assert ours.flush_events()
+    # armed from then on, the new node as the old
+    log.clear()
+    writer.put("/t/c/e", b"again")
+    writer.put("/t/a", b"newer")
+    log.wait(EventKind.UPDATED, "/t/c/e", b"again")
+    log.wait(EventKind.UPDATED, "/t/a", b"newer")

@@ -20,19 +20,10 @@ from registry.backends.zookeeper_rewatch import MAX_REQUEST_BYTES, Rearm, SetWat
 from registry.protocol import EventKind, SessionState
 from tests.contract import EventLog
 from tests.servers.proxy import TCPProxy
-from tests.servers.zookeeper import four_letter
+from tests.servers.zookeeper import packets_received
 from tests.waiting import wait_for
 
 _JOBS = 150  # each /t/nI and /t/nI/a: 301 nodes with the root, ~600 requests to read again
-
-
-def _packets(address: str) -> int:
-    host, _, port = address.rpartition(":")
-    for line in four_letter(host, int(port), "mntr").splitlines():
-        name, _, value = line.partition("\t")
-        if name == "zk_packets_received":
-            return int(value)
-    raise AssertionError("mntr gave no zk_packets_received")
 
 
 @pytest.fixture
@@ -61,7 +52,7 @@ def test_a_reconnect_rearms_the_watch_and_reports_only_what_changed(zk_server: A
         writer.delete("/t/n2/a")
         writer.create("/t/n3/b", b"new")
         writer.create("/t/extra", b"new")
-        before = _packets(zk_server.address)
+        before = packets_received(zk_server.address)
         proxy.restore()
         wait_for(lambda: reg.state is SessionState.RECONNECTED, 20, message=lambda: str(reg.state))
         expected = {
@@ -72,7 +63,7 @@ def test_a_reconnect_rearms_the_watch_and_reports_only_what_changed(zk_server: A
         }
         wait_for(lambda: expected <= {(e.kind, e.path, e.value) for e in log.events}, 10, message=lambda: str(log.events))
         assert reg.flush_events()
-        sent = _packets(zk_server.address) - before
+        sent = packets_received(zk_server.address) - before
         reported = [(e.kind, e.path, e.value) for e in log.events]
         assert sorted(reported, key=str) == sorted(expected, key=str), reported  # each once, nothing else
         # a re-read would have sent two requests per node (600 here)
@@ -152,13 +143,13 @@ def test_after_a_session_expired_the_watch_is_rearmed_and_reports_the_lost_ephem
         proxy.cut()
         wait_for(lambda: not writer.exists("/t/n0/mine"), 30, message="the session never expired")
         writer.put("/t/n1/a", b"changed")
-        before = _packets(zk_server.address)
+        before = packets_received(zk_server.address)
         proxy.restore()
         wait_for(lambda: reg.state is SessionState.CONNECTED, 30, message=lambda: str(reg.state))
         expected = {(EventKind.DELETED, "/t/n0/mine", None), (EventKind.UPDATED, "/t/n1/a", b"changed")}
         wait_for(lambda: expected <= {(e.kind, e.path, e.value) for e in log.events}, 10, message=lambda: str(log.events))
         assert reg.flush_events()
-        sent = _packets(zk_server.address) - before
+        sent = packets_received(zk_server.address) - before
         reported = [(e.kind, e.path, e.value) for e in log.events]
         assert sorted(reported, key=str) == sorted(expected, key=str), reported
         assert sent < 100, f"the new session's watches cost {sent} requests"  # a re-read: 600

@@ -1,6 +1,6 @@
 """The ZooKeeper backend's own multi encoding (``registry/backends/zookeeper_wire.py``):
 byte for byte what kazoo sends, and answers decoded as kazoo decodes them, from a real
-server."""
+server; and its multiRead, which kazoo lacks, answered read by read as kazoo's own reads."""
 
 from __future__ import annotations
 
@@ -11,11 +11,30 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.protocol.serialization import CheckVersion, Create, Delete, SetData, Transaction
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.serialization import (
+    CheckVersion,
+    Create,
+    Delete,
+    GetChildren,
+    GetData,
+    MultiHeader,
+    SetData,
+    Transaction,
+)
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_acl
 
 from registry.backends import zookeeper_wire
-from registry.backends.zookeeper_wire import EncodedMulti, MultiEncoder, request_size, send_multi
+from registry.backends.zookeeper_wire import (
+    EncodedMulti,
+    EncodedMultiRead,
+    MultiEncoder,
+    get_children,
+    get_data,
+    request_size,
+    send_multi,
+    send_multi_read,
+)
 from registry.errors import RegistryError
 
 ACLS = {
@@ -63,6 +82,18 @@ def test_an_answer_with_an_op_type_never_sent_is_refused() -> None:
     create2 = struct.pack("!iBi", 15, 0, -1) + struct.pack("!i", 2) + b"/x"
     with pytest.raises(RegistryError, match="op type 15"):
         EncodedMulti.deserialize(create2 + zookeeper_wire.MULTI_END, 0)
+
+
+def test_a_multi_reads_ops_are_kazoos_reads_under_a_multi_header() -> None:
+    for path in ["/jobs/a/config", "/jobs/\u00e9t\u00e9", "/"]:
+        for ours, theirs in [(get_data(path), GetData(path, None)), (get_children(path), GetChildren(path, None))]:
+            assert ours == bytes(MultiHeader(theirs.type, False, -1).serialize() + theirs.serialize())
+
+
+def test_a_multi_read_answer_with_an_op_type_never_sent_is_refused() -> None:
+    check = struct.pack("!iBi", 13, 0, -1)
+    with pytest.raises(RegistryError, match="op type 13"):
+        EncodedMultiRead.deserialize(check + zookeeper_wire.MULTI_END, 0)
 
 
 @pytest.fixture
@@ -136,3 +167,25 @@ def test_a_refused_multi_is_answered_as_kazoo_answers_it(client: tuple[KazooClie
     assert theirs == ["RolledBackError", "BadVersionError", "RuntimeInconsistency"]
     assert ours == theirs
     assert kazoo.exists(f"{root}/c") is None
+
+
+def test_a_multi_read_answers_each_read_as_kazoos_own_read(client: tuple[KazooClient, str]) -> None:
+    kazoo, root = client
+    kazoo.create(f"{root}/a/x", b"")
+    kazoo.create(f"{root}/a/y", "\u00e9".encode(), ephemeral=True)
+    kazoo.set(f"{root}/a", b"2")
+    ops = [
+        get_data(f"{root}/a"),
+        get_children(f"{root}/a"),
+        get_data(f"{root}/missing"),  # answered on its own: the others still are
+        get_children(f"{root}/missing"),
+        get_data(f"{root}/a/x"),
+        get_data(f"{root}/a/y"),
+    ]
+    answer = send_multi_read(kazoo, ops).get(timeout=10)
+    assert len(answer) == len(ops)
+    for read, (value, stat) in [(0, kazoo.get(f"{root}/a")), (4, kazoo.get(f"{root}/a/x")), (5, kazoo.get(f"{root}/a/y"))]:
+        assert answer[read] == (value or b"", stat)
+    assert sorted(answer[1]) == sorted(kazoo.get_children(f"{root}/a")) == ["x", "y"]
+    assert isinstance(answer[2], NoNodeError) and isinstance(answer[3], NoNodeError)
+    assert answer[5][1].ephemeralOwner == kazoo.client_id[0]

@@ -65,6 +65,16 @@ def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def packets_received(address: str) -> int:
+    """The server's count of requests received (``mntr``'s ``zk_packets_received``)."""
+    host, _, port = address.rpartition(":")
+    for line in four_letter(host, int(port), "mntr").splitlines():
+        name, _, value = line.partition("\t")
+        if name == "zk_packets_received":
+            return int(value)
+    raise AssertionError(f"mntr of {address} gave no zk_packets_received")
+
+
 def zookeeper_write_check(hosts: str, timeout: float) -> bool:
     """True when a client can open a session on ``hosts`` and write through it.
 
