@@ -186,8 +186,9 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         f"`Cluster` calls on {document['jobs']} jobs run by 2 instances ({ITEMS} items each), median over "
         f"{document['reps']} calls: the time, the protocol calls made (`CountingRegistry`) and the requests the "
         "server counted per call (ZooKeeper `mntr`, etcd `/metrics`; the sessions' idle traffic subtracted). "
-        "A read is one `read_tree`: one range request on etcd; on ZooKeeper one pipelined round per tree level, "
-        "two requests per node. `jobs` and `servers` read the whole namespace, the others one job. "
+        "A read is one `read_tree`: one range request on etcd; on ZooKeeper one round per tree level, "
+        "each level's values and child lists in multiReads of 250 nodes. `jobs` and `servers` read the whole "
+        "namespace, the others one job. "
         "The anchors read the same nodes node by node (children, then each value, one call after the "
         "other), as ElasticJob's console does.",
         "",
