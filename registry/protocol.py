@@ -193,8 +193,8 @@ class RegistryCenter(Protocol):
         """Every node at or below ``path`` (caller paths, ``path`` itself included), ``{}``
         when it is absent; ``read_tree("/")`` leaves out the implicit root.
 
-        Round trips do not grow with the node count: one range read on etcd, one pipelined
-        round per tree level on ZooKeeper, none on memory. A consistent snapshot on etcd
+        Round trips do not grow with the node count: one range read on etcd, one round of
+        multiReads per tree level on ZooKeeper, none on memory. A consistent snapshot on etcd
         and memory; on ZooKeeper levels are read one after another, so a node written
         meanwhile may show either value, and one created meanwhile may be missing.
         """

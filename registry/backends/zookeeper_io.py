@@ -80,16 +80,14 @@ _C = TypeVar("_C")
 ROOT_SYSTEM_NODE = "zookeeper"
 _SYSTEM_PATH = "/" + ROOT_SYSTEM_NODE
 
-# A tree watch's scan (a watch is armed by a read of its own: no multiRead) sends the
-# requests of at most this many nodes before collecting their answers, so a huge level
-# neither floods the connection nor holds thousands of pending results.
-_PIPELINE = 500
 # Requests that each carry many nodes' reads or deletes: at most _IN_FLIGHT are sent and
-# not yet answered (``ZkIO.windowed``).
+# not yet answered (``ZkIO.windowed``), so a huge level neither floods the connection nor
+# holds its whole answer at once.
 _IN_FLIGHT = 4
-# A whole-tree read goes in multiReads of at most this many nodes. Hazard: a multiRead's answer holds every value it
-# read, and nothing bounds it but the node count: 250 nodes of this layout are some
-# 100 KB; 250 of ZooKeeper's largest (1 MB) values would be 250 MB.
+# Subtree reads (``multi_read``) go in multiReads of at most this many nodes. Hazard: a
+# multiRead's answer holds every value it read, and nothing bounds it but the node count:
+# 250 nodes of this layout are some 100 KB; 250 of ZooKeeper's largest (1 MB) values
+# would be 250 MB.
 _READ_NODES = 250
 # request bytes per multiRead, at most: well under ZooKeeper's jute.maxbuffer (1 MB)
 _READ_BYTES = 256 * 1024
@@ -235,18 +233,6 @@ class ZkIO:
         return RegistryError(f"ZooKeeper failed to {action} {shown}: {type(exc).__name__}")
 
     # -- listings -----------------------------------------------------------------------
-    def pipelined(self, paths: list[str], deadline: float = 0.0) -> Iterator[tuple[list[str], float]]:
-        """``paths`` in chunks of at most ``_PIPELINE`` nodes, each with the deadline for its
-        answers: ``connect_timeout`` from the chunk's sending, or ``deadline`` if later.
-
-        Hazard: one deadline over a whole walk failed every subtree too large to walk in
-        ``connect_timeout`` (a namespace of 10,000 jobs holds 130,000 nodes) with "did not
-        answer", while the server answered all along. A chunk's own deadline fails a walk
-        only when the answers stop; a dead connection fails its requests sooner anyway.
-        """
-        for start in range(0, len(paths), _PIPELINE):
-            yield paths[start : start + _PIPELINE], max(deadline, self.read_deadline())
-
     def subtree(self, root: str, deadline: float) -> list[str]:
         """Every node at or below ``root``, parents before children; ``[]`` when absent.
 
@@ -298,25 +284,29 @@ class ZkIO:
         multiReads of at most ``_READ_NODES`` nodes and ``_READ_BYTES`` of request, which
         arm no watch. A data answer is ``(value, ZnodeStat)``, a children answer the child
         names; either is the read's exception instance where it failed (each read fails on
-        its own), or None where not asked: data unless ``data``, children where ``listed``
-        says no (all are listed by default)."""
-        chunks: list[tuple[list[tuple[str, bool]], list[bytes]]] = []
-        chunk: list[tuple[str, bool]] = []
-        ops: list[bytes] = []
-        size = 0
-        for path in paths:
-            children = listed is None or listed(path)
-            read = ([get_data(path)] if data else []) + ([get_children(path)] if children else [])
-            request = sum(map(len, read))
-            if chunk and (len(chunk) >= _READ_NODES or size + request > _READ_BYTES):
-                chunks.append((chunk, ops))
-                chunk, ops, size = [], [], 0
-            chunk.append((path, children))
-            ops.extend(read)
-            size += request
-        if chunk:
-            chunks.append((chunk, ops))
-        for (nodes, _), answer in self.windowed(chunks, lambda c: send_multi_read(self.client, c[1]), deadline):
+        its own), or None where it was not asked for: every data read when ``data`` is
+        false, the children read of a path ``listed`` says no to (all are listed by
+        default)."""
+
+        def chunks() -> Iterator[tuple[list[tuple[str, bool]], list[bytes]]]:
+            # built as they are sent: a level of 100,000 nodes is megabytes of requests
+            chunk: list[tuple[str, bool]] = []
+            ops: list[bytes] = []
+            size = 0
+            for path in paths:
+                children = listed is None or listed(path)
+                read = ([get_data(path)] if data else []) + ([get_children(path)] if children else [])
+                request = sum(map(len, read))
+                if chunk and (len(chunk) >= _READ_NODES or size + request > _READ_BYTES):
+                    yield chunk, ops
+                    chunk, ops, size = [], [], 0
+                chunk.append((path, children))
+                ops.extend(read)
+                size += request
+            if chunk:
+                yield chunk, ops
+
+        for (nodes, _), answer in self.windowed(chunks(), lambda c: send_multi_read(self.client, c[1]), deadline):
             results = iter(answer)
             for path, children in nodes:
                 got = next(results) if data else None
@@ -327,8 +317,13 @@ class ZkIO:
     ) -> Iterator[tuple[_C, Any]]:
         """Each chunk with its answer, in order: ``send(chunk)`` queues its request (a kazoo
         async result), at most ``_IN_FLIGHT`` ahead of the one waited for, so the server
-        answers one while the client builds or reads another. Each answer is due by the
-        rule of ``pipelined``: ``connect_timeout`` from its sending, or ``deadline`` if later.
+        answers one while the client builds or reads another. Each answer is due within
+        ``connect_timeout`` of its sending, or by ``deadline`` if later.
+
+        Hazard: one deadline over a whole walk failed every subtree too large to walk in
+        ``connect_timeout`` (a namespace of 10,000 jobs holds 130,000 nodes) with "did not
+        answer", while the server answered all along. A request's own deadline fails a
+        walk only when the answers stop; a dead connection fails its requests sooner anyway.
         """
         sent: collections.deque[tuple[_C, Any, float]] = collections.deque()
         for chunk in chunks:

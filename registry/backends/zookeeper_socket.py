@@ -4,8 +4,8 @@ by large reads, queued requests sent together in one write.
 kazoo's connection thread (``ConnectionHandler.zk_loop``) handles one request per turn of
 its loop. To send one it selects on the socket and writes that request alone; to read one
 answer it selects and reads the answer's length, then selects and reads its body. A
-pipelined scan of a thousand nodes (a tree watch starting, a resync after a reconnect)
-costs that thread some ten system calls per request, each a release and re-take of the
+thousand pipelined requests (a tree watch's re-reads of the nodes a start-up changes)
+cost that thread some ten system calls per request, each a release and re-take of the
 GIL, and it was the busiest thread of a ZooKeeper start-up. ``BatchedSocketIO`` keeps
 kazoo's loop, framing and bookkeeping, and changes only how the bytes move:
 

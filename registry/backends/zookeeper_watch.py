@@ -21,7 +21,7 @@ Invariants kept here:
   on the server for all of them, not one per notification: starting 1,000 jobs queues
   thousands): it issues the first read of each at once, applies the answers in the
   notifications' order, and only then reads the new subtrees those answers revealed, in
-  one pipelined scan;
+  one scan;
 - ``_known`` mirrors exactly the nodes this registration has reported, with their
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
@@ -372,9 +372,8 @@ class TreeWatcher:
         the first read (``zookeeper_rewatch.rearm``). Every change after that zxid to a node
         read is reported by the server at once, as the watch it armed would have fired,
         so nothing between a read and its arming goes unseen; a change the read already
-        saw may come once more, and is read again for nothing. Two requests per node
-        became a few per 250 nodes: a process joining a namespace of 10,000 jobs read it
-        node by node for 17 s."""
+        saw may come once more, and is read again for nothing. A few requests per 250
+        nodes, where a read per node armed its watch."""
         client = self._io.client
         leaf = self.registration.leaf
         relative_zxid = client.last_zxid
@@ -383,14 +382,16 @@ class TreeWatcher:
             relative_zxid = client.last_zxid
         found: list[tuple[str, Node, int]] = []
         kids: dict[str, list[str]] = {}
+        listed = None if leaf is None else lambda p: not leaf(p)
         level = list(starts)
         while level:
             next_level: list[str] = []
-            listed = None if leaf is None else lambda p: not leaf(p)
             for path, got, names in self._io.multi_read(level, listed=listed):
                 if isinstance(got, (KzNoNode, NoAuthError)):
                     continue  # gone, or not ours to read: skip it and what is below
-                if isinstance(names, (KzNoNode, NoAuthError)) or names is None:
+                if names is None:
+                    names = []  # a leaf: not listed
+                elif isinstance(names, (KzNoNode, NoAuthError)):
                     names = []  # deleted since the data read: its data watch reports it
                 for answer in (got, names):
                     if isinstance(answer, Exception):
