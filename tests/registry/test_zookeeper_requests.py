@@ -299,7 +299,8 @@ def test_what_changes_between_the_reads_and_the_arming_is_reported(
     assert changed
     # the initial state as read, then each change the server reported against the zxid
     # seen before the reads
-    assert log.has(EventKind.CREATED, "/t/a", b"old") and log.has(EventKind.CREATED, "/t/b", b"doomed")
+    log.wait(EventKind.CREATED, "/t/a", b"old")
+    log.wait(EventKind.CREATED, "/t/b", b"doomed")
     log.wait(EventKind.UPDATED, "/t/a", b"new")
     log.wait(EventKind.DELETED, "/t/b")
     log.wait(EventKind.CREATED, "/t/c/e", b"born")
