@@ -261,7 +261,7 @@ class ZkIO:
         level = [root]
         while level:
             next_level: list[str] = []
-            for path, got, names in self.multi_read(level, deadline, data=data):
+            for path, got, names in self.multi_read([(p, data, True) for p in level], deadline):
                 if isinstance(got, KzNoNode) or isinstance(names, KzNoNode):
                     continue  # gone since its parent was listed
                 for answer in (got, names):
@@ -272,43 +272,35 @@ class ZkIO:
                 next_level.extend(join(path, n) for n in visible_children(path, names))
             level = next_level
 
-    def multi_read(
-        self,
-        paths: list[str],
-        deadline: float = 0.0,
-        *,
-        data: bool = True,
-        listed: Callable[[str], bool] | None = None,
-    ) -> Iterator[tuple[str, Any, Any]]:
-        """``(path, data answer, children answer)`` of each of ``paths``, in order, read in
-        multiReads of at most ``_READ_NODES`` nodes and ``_READ_BYTES`` of request, which
-        arm no watch. A data answer is ``(value, ZnodeStat)``, a children answer the child
-        names; either is the read's exception instance where it failed (each read fails on
-        its own), or None where it was not asked for: every data read when ``data`` is
-        false, the children read of a path ``listed`` says no to (all are listed by
-        default)."""
+    def multi_read(self, reads: list[tuple[str, bool, bool]], deadline: float = 0.0) -> Iterator[tuple[str, Any, Any]]:
+        """``(path, data answer, children answer)`` for each ``(path, read its data, read its
+        children)`` of ``reads``, in order, read in multiReads of at most ``_READ_NODES``
+        entries and ``_READ_BYTES`` of request, which arm no watch. A data answer is
+        ``(value, ZnodeStat)``, a children answer the child names; either is the read's
+        exception instance where it failed (each read fails on its own), or None where it
+        was not asked for."""
 
-        def chunks() -> Iterator[tuple[list[tuple[str, bool]], list[bytes]]]:
+        def chunks() -> Iterator[tuple[list[tuple[str, bool, bool]], list[bytes]]]:
             # built as they are sent: a level of 100,000 nodes is megabytes of requests
-            chunk: list[tuple[str, bool]] = []
+            chunk: list[tuple[str, bool, bool]] = []
             ops: list[bytes] = []
             size = 0
-            for path in paths:
-                children = listed is None or listed(path)
+            for entry in reads:
+                path, data, children = entry
                 read = ([get_data(path)] if data else []) + ([get_children(path)] if children else [])
                 request = sum(map(len, read))
                 if chunk and (len(chunk) >= _READ_NODES or size + request > _READ_BYTES):
                     yield chunk, ops
                     chunk, ops, size = [], [], 0
-                chunk.append((path, children))
+                chunk.append(entry)
                 ops.extend(read)
                 size += request
             if chunk:
                 yield chunk, ops
 
-        for (nodes, _), answer in self.windowed(chunks(), lambda c: send_multi_read(self.client, c[1]), deadline):
+        for (entries, _), answer in self.windowed(chunks(), lambda c: send_multi_read(self.client, c[1]), deadline):
             results = iter(answer)
-            for path, children in nodes:
+            for path, data, children in entries:
                 got = next(results) if data else None
                 yield path, got, next(results) if children else None
 

@@ -4,7 +4,7 @@ by large reads, queued requests sent together in one write.
 kazoo's connection thread (``ConnectionHandler.zk_loop``) handles one request per turn of
 its loop. To send one it selects on the socket and writes that request alone; to read one
 answer it selects and reads the answer's length, then selects and reads its body. A
-thousand pipelined requests (a tree watch's re-reads of the nodes a start-up changes)
+thousand pipelined requests (a tree watch reading a thousand nodes one by one, as it did)
 cost that thread some ten system calls per request, each a release and re-take of the
 GIL, and it was the busiest thread of a ZooKeeper start-up. ``BatchedSocketIO`` keeps
 kazoo's loop, framing and bookkeeping, and changes only how the bytes move:

@@ -6,10 +6,10 @@ root while it is absent), re-reading a node whenever its watch fires (which re-a
 kazoo also forgets every watch when the connection drops (it does not re-register them on
 reconnect): after a reconnect the backend re-arms them with one SetWatches per 128 KiB of
 paths (``zookeeper_rewatch``, from ``armed()``), and only what changed meanwhile is read;
-if that fails, the whole subtree is read again and handed to ``_resync``. A subtree is
-read in multiReads and its watches armed by SetWatches after the reads (``_scan``): a
-few requests per 250 nodes, where a read per node armed its watches until then (a node
-the watch's ``leaves`` names gets no child watch and no children read).
+if that fails, the whole subtree is read again and handed to ``_resync``. Every read goes
+in multiReads, and the watches of what it read are armed afterwards by SetWatches
+(``_scan``, ``_handle``): a few requests per 250 nodes, where a read per node armed its
+watch (a node the watch's ``leaves`` names gets no child watch and no children read).
 
 Invariants kept here:
 
@@ -19,9 +19,9 @@ Invariants kept here:
 - read results are applied in the order the reads were issued, so the view never goes
   back in time. The worker takes every notification queued so far as one batch (one wait
   on the server for all of them, not one per notification: starting 1,000 jobs queues
-  thousands): it issues the first read of each at once, applies the answers in the
-  notifications' order, and only then reads the new subtrees those answers revealed, in
-  one scan;
+  thousands): it reads each again in multiReads and arms their watches by SetWatches
+  (as a scan does), applies the answers in the notifications' order, and only then reads
+  the new subtrees those answers revealed, in one scan;
 - ``_known`` mirrors exactly the nodes this registration has reported, with their
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
@@ -243,41 +243,47 @@ class TreeWatcher:
 
     def _handle(self, events: list[tuple[bool, Any, str]]) -> None:
         """Handle a batch of notifications (module docstring: reads applied in order)."""
-        deadline = self._io.read_deadline()
         client = self._io.client
-        # 1. The first read of each, issued at once; re-armed watches come with them. A
+        # 1. The first read of each, all in multiReads, and then the watches of what they
+        # read armed by SetWatches relative to the zxid seen before them (as ``_scan``). A
         # read is skipped where the node is not known now: it cannot become known before
         # its answer would be applied (only step 3 adds nodes).
-        reads: list[Any] = []
+        relative_zxid = client.last_zxid
+        wanted = [(path, not child, child) for child, _, path in events if path in self._known]
+        answered = iter(self._io.multi_read(wanted))
+        answers: list[Any] = []
+        armed = Rearm(self.data_callback, self.child_callback)
         for child, _, path in events:
             if path not in self._known:
-                reads.append(None)
-            elif child:
-                reads.append(client.get_children_async(path, watch=self.child_callback))
-            else:
-                reads.append(client.get_async(path, watch=self.data_callback))
+                answers.append(None)
+                continue
+            _, got, names = next(answered)
+            answer = names if child else got
+            answers.append(answer)
+            if not isinstance(answer, Exception):
+                (armed.child if child else armed.data).append(path)
+        rearm(client, relative_zxid, [armed], self._io.wait_answer)
         # 2. The answers, in the notifications' order; new nodes are only noted
         adopt: list[str] = []
-        for (child, event_type, path), read in zip(events, reads, strict=True):
+        for (child, event_type, path), answer in zip(events, answers, strict=True):
             if child:
-                self._apply_children(path, read, deadline, adopt)
+                self._apply_children(path, answer, adopt)
             else:
-                self._apply_data(path, event_type, read, deadline, adopt)
+                self._apply_data(path, event_type, answer, adopt)
         # 3. The new subtrees, read after every answer above was applied
         if adopt:
             self._adopt(_outermost(adopt))
 
-    def _apply_children(self, path: str, read: Any, deadline: float, adopt: list[str]) -> None:
-        if read is None or path not in self._known:
-            return
-        try:
-            names = self._io.wait(read, deadline)
-        except KzNoNode:
-            return  # deleted: its data watch reports it
+    def _apply_children(self, path: str, answer: Any, adopt: list[str]) -> None:
+        """``answer``: the child names read, the read's exception, or None (not read)."""
+        if answer is None or path not in self._known or isinstance(answer, KzNoNode):
+            return  # not read, or deleted since: its data watch reports it
+        if isinstance(answer, Exception):
+            raise answer
         # Hazard: a parent of N jobs is listed again whenever jobs are added, so a start
         # of N jobs lists N names hundreds of times. The trick: set arithmetic on the
         # listing, and the watch's predicate on new names only (no known node is excluded).
-        listed = visible_child_paths(path, names)
+        listed = visible_child_paths(path, answer)
         known = set(self._kids.of(path))
         for gone in sorted(known - listed):
             self._drop(gone)
@@ -285,7 +291,8 @@ class TreeWatcher:
         excluded = self.registration.excluded
         adopt.extend(new if excluded is None else [c for c in new if not excluded(c)])
 
-    def _apply_data(self, path: str, event_type: Any, read: Any, deadline: float, adopt: list[str]) -> None:
+    def _apply_data(self, path: str, event_type: Any, answer: Any, adopt: list[str]) -> None:
+        """``answer``: ``(value, ZnodeStat)``, the read's exception, or None (not read)."""
         if event_type == EventType.DELETED:
             self._drop(path)
         # Read it again even after a deletion: it may exist anew, and the parent's child
@@ -294,16 +301,17 @@ class TreeWatcher:
         if path != self.root and parent(path) not in self._known:
             return  # below a deleted node: the parent's child watch covers a re-creation
         known = self._known.get(path)
-        if known is None or read is None:
+        if known is None or answer is None:
             adopt.append(path)
             return
-        try:
-            data, stat = self._io.wait(read, deadline)
-        except KzNoNode:
+        if isinstance(answer, KzNoNode):
             self._drop(path)
             if path == self.root:
                 adopt.append(path)
             return
+        if isinstance(answer, Exception):
+            raise answer
+        data, stat = answer
         if stat.czxid != known:
             self._drop(path)
             adopt.append(path)
@@ -382,11 +390,11 @@ class TreeWatcher:
             relative_zxid = client.last_zxid
         found: list[tuple[str, Node, int]] = []
         kids: dict[str, list[str]] = {}
-        listed = None if leaf is None else lambda p: not leaf(p)
         level = list(starts)
         while level:
             next_level: list[str] = []
-            for path, got, names in self._io.multi_read(level, listed=listed):
+            reads = [(p, True, leaf is None or not leaf(p)) for p in level]
+            for path, got, names in self._io.multi_read(reads):
                 if isinstance(got, (KzNoNode, NoAuthError)):
                     continue  # gone, or not ours to read: skip it and what is below
                 if names is None:

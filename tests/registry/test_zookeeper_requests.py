@@ -2,8 +2,9 @@
 trusts without reading them again (those earlier re-plans made or found, those a tree
 watch reported), the one-``poll(2)`` select of kazoo's connection thread, a subtree read
 in multiReads and deleted in multis, and the deadlines of such a walk; a tree watch that
-reads in multiReads and arms its watches afterwards with SetWatches, relative to the
-zxid seen before the reads, so what changes in between is still reported. All are
+reads (a new subtree, or nodes that changed) in multiReads and arms its watches afterwards
+with SetWatches, relative to the zxid seen before the reads, so what changes in between
+is still reported. All are
 shortcuts; these tests pin that they never change an outcome."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from registry.backends import zookeeper, zookeeper_io, zookeeper_watch
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_rewatch import rearm
-from registry.protocol import Create, Delete, EventKind
+from registry.protocol import Create, Delete, EventKind, Set
 from tests.contract import EventLog
 from tests.servers.zookeeper import packets_received
 from tests.waiting import wait_for
@@ -275,6 +276,21 @@ def test_a_watch_over_thousands_of_nodes_starts_in_a_few_requests(
     log.wait(EventKind.CREATED, "/big/n01999/child", b"new")
 
 
+def _before_the_next_arming(monkeypatch: pytest.MonkeyPatch, change: Callable[[], None]) -> list[bool]:
+    """Make ``change`` once, when a tree watch next arms what it read (its SetWatches):
+    after its reads, before its watches. The list says whether it was made."""
+    changed: list[bool] = []
+
+    def rearm_after_the_change(*args: Any) -> int:
+        if not changed:
+            changed.append(True)
+            change()
+        return rearm(*args)
+
+    monkeypatch.setattr(zookeeper_watch, "rearm", rearm_after_the_change)
+    return changed
+
+
 def test_what_changes_between_the_reads_and_the_arming_is_reported(
     pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -282,18 +298,14 @@ def test_what_changes_between_the_reads_and_the_arming_is_reported(
     writer.create("/t/a", b"old")
     writer.create("/t/b", b"doomed")
     writer.create("/t/c/d", b"deep")
-    changed: list[bool] = []
 
-    def rearm_after_changes(*args: Any) -> int:
-        if not changed:  # the first scan's reads are done; nothing is armed yet
-            changed.append(True)
-            writer.put("/t/a", b"new")
-            writer.delete("/t/b")
-            writer.create("/t/c/e", b"born")
-            writer.delete("/t/c/d")
-        return rearm(*args)
+    def changes() -> None:  # the first scan's reads are done; nothing is armed yet
+        writer.put("/t/a", b"new")
+        writer.delete("/t/b")
+        writer.create("/t/c/e", b"born")
+        writer.delete("/t/c/d")
 
-    monkeypatch.setattr(zookeeper_watch, "rearm", rearm_after_changes)
+    changed = _before_the_next_arming(monkeypatch, changes)
     log = EventLog()
     ours.watch("/t", log, initial=True)
     assert changed
@@ -312,3 +324,55 @@ def test_what_changes_between_the_reads_and_the_arming_is_reported(
     writer.put("/t/a", b"newer")
     log.wait(EventKind.UPDATED, "/t/c/e", b"again")
     log.wait(EventKind.UPDATED, "/t/a", b"newer")
+
+
+CHANGED = 1_000
+
+
+def test_changes_to_many_watched_nodes_are_read_again_in_a_few_requests(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
+) -> None:
+    """A batch of notifications is read again in multiReads and its watches armed by
+    SetWatches, not a read per changed node (1,000 here); each change is still reported,
+    and the nodes stay armed."""
+    ours, writer = pair
+    creates = [Create(f"/many/n{i:04d}", b"0") for i in range(CHANGED)]
+    for start in range(0, CHANGED, writer.max_txn_ops):
+        writer.transaction(creates[start : start + writer.max_txn_ops])
+    log = EventLog()
+    ours.watch("/many", log, initial=True)
+    assert ours.flush_events()
+    log.clear()
+    before = packets_received(zk_server.address)
+    updates = [Set(f"/many/n{i:04d}", b"1") for i in range(CHANGED)]
+    for start in range(0, CHANGED, writer.max_txn_ops):
+        writer.transaction(updates[start : start + writer.max_txn_ops])
+    wait_for(lambda: len(log.events) >= CHANGED, 20, message=lambda: f"{len(log.events)} events")
+    assert ours.flush_events()
+    sent = packets_received(zk_server.address) - before
+    assert sorted((e.kind, e.path, e.value) for e in log.events) == [
+        (EventKind.UPDATED, f"/many/n{i:04d}", b"1") for i in range(CHANGED)
+    ]
+    # the writer's 8 transactions, then a multiRead and a SetWatches per batch of
+    # notifications the watch took; read node by node: 1,008
+    assert sent <= 200, sent
+    log.clear()
+    writer.put("/many/n0500", b"2")  # armed again by the SetWatches
+    log.wait(EventKind.UPDATED, "/many/n0500", b"2")
+
+
+def test_a_change_between_a_re_read_and_its_arming_is_reported(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, writer = pair
+    writer.create("/r/a", b"1")
+    log = EventLog()
+    ours.watch("/r", log, initial=True)
+    assert ours.flush_events()
+    # once the re-read of /r/a is done, before its watch is armed
+    changed = _before_the_next_arming(monkeypatch, lambda: writer.put("/r/a", b"3"))
+    writer.put("/r/a", b"2")
+    log.wait(EventKind.UPDATED, "/r/a", b"3")
+    assert changed
+    writer.put("/r/a", b"4")  # armed again after the second change's own re-read
+    log.wait(EventKind.UPDATED, "/r/a", b"4")
