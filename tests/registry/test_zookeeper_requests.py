@@ -22,6 +22,7 @@ from registry.backends import zookeeper, zookeeper_io, zookeeper_watch
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_rewatch import rearm
+from registry.backends.zookeeper_wire import send_multi
 from registry.protocol import Create, Delete, EventKind, Set
 from tests.contract import EventLog
 from tests.servers.zookeeper import packets_received
@@ -376,3 +377,30 @@ def test_a_change_between_a_re_read_and_its_arming_is_reported(
     assert changed
     writer.put("/r/a", b"4")  # armed again after the second change's own re-read
     log.wait(EventKind.UPDATED, "/r/a", b"4")
+
+
+@pytest.mark.parametrize("race", ["a node deleted meanwhile", "a child added meanwhile"])
+def test_a_refused_multi_of_deletes_is_done_node_by_node(
+    pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch, race: str
+) -> None:
+    """A multi of deletes that a concurrent change refuses applied nothing: its nodes are
+    deleted one by one (a node already gone is fine), and a node that gained a child
+    makes the delete list the subtree again, so the new child goes too."""
+    ours, other = pair
+    for i in range(10):
+        ours.create(f"/gone/n{i}/leaf", b"v")
+    raced: list[bool] = []
+
+    def send_after_a_race(client: Any, operations: list[bytes]) -> Any:
+        if not raced:  # the first multi: the deepest level's deletes
+            raced.append(True)
+            if race == "a node deleted meanwhile":
+                other.delete("/gone/n3/leaf")
+            else:
+                other.create("/gone/n3/leaf/new", b"late")
+        return send_multi(client, operations)
+
+    monkeypatch.setattr(zookeeper, "send_multi", send_after_a_race)
+    ours.delete("/gone")
+    assert raced
+    assert not ours.exists("/gone") and not other.exists("/gone")
