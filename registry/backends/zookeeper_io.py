@@ -272,6 +272,18 @@ class ZkIO:
                 next_level.extend(join(path, n) for n in visible_children(path, names))
             level = next_level
 
+    def watched_read(self, path: str, children: bool, watch: Callable[[Any], None]) -> Any:
+        """One read of ``path``'s data (or its child names when ``children``) that arms
+        ``watch`` with its answer: one request, where a ``multi_read`` and the SetWatches
+        arming what it read are two. The answer as ``multi_read`` gives it, a missing node
+        or a refused read as that read's exception instance; a failure of the connection
+        raises."""
+        call = self.client.get_children_async if children else self.client.get_async
+        try:
+            return self.wait_answer(call(path, watch=watch))
+        except (KzNoNode, NoAuthError) as exc:
+            return exc
+
     def multi_read(self, reads: list[tuple[str, bool, bool]], deadline: float = 0.0) -> Iterator[tuple[str, Any, Any]]:
         """``(path, data answer, children answer)`` for each ``(path, read its data, read its
         children)`` of ``reads``, in order, read in multiReads of at most ``_READ_NODES``

@@ -9,7 +9,8 @@ paths (``zookeeper_rewatch``, from ``armed()``), and only what changed meanwhile
 if that fails, the whole subtree is read again and handed to ``_resync``. Every read goes
 in multiReads, and the watches of what it read are armed afterwards by SetWatches
 (``_scan``, ``_handle``): a few requests per 250 nodes, where a read per node armed its
-watch (a node the watch's ``leaves`` names gets no child watch and no children read).
+watch (a node the watch's ``leaves`` names gets no child watch and no children read). A
+lone read goes as a read that arms its watch (``_LONE_READS``).
 
 Invariants kept here:
 
@@ -20,8 +21,9 @@ Invariants kept here:
   back in time. The worker takes every notification queued so far as one batch (one wait
   on the server for all of them, not one per notification: starting 1,000 jobs queues
   thousands): it reads each again in multiReads and arms their watches by SetWatches
-  (as a scan does), applies the answers in the notifications' order, and only then reads
-  the new subtrees those answers revealed, in one scan;
+  (as a scan does; a lone one in a read that arms its watch), applies the answers in the
+  notifications' order, and only then reads the new subtrees those answers revealed, in
+  one scan;
 - ``_known`` mirrors exactly the nodes this registration has reported, with their
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
@@ -60,6 +62,12 @@ _SYNC_ATTEMPTS = 3
 #: seconds between two tries of a resync that failed while connected (doubling, capped)
 _RESYNC_BACKOFF = 0.05
 _RESYNC_BACKOFF_MAX = 2.0
+#: a batch of this many reads at most (a lone change, a lone new leaf: the steady state's
+#: usual batch) goes as a read that arms its own watch: one request. In a multiRead it
+#: costs four: the SetWatches after it is relative to a zxid from before the change, so
+#: the server reports the change once more, and it is read and armed again. 0 sends every
+#: read as in a batch (tests of that path)
+_LONE_READS = 1
 
 
 def _deepest_first(path: str) -> tuple[int, str]:
@@ -243,26 +251,12 @@ class TreeWatcher:
 
     def _handle(self, events: list[tuple[bool, Any, str]]) -> None:
         """Handle a batch of notifications (module docstring: reads applied in order)."""
-        client = self._io.client
-        # 1. The first read of each, all in multiReads, and then the watches of what they
-        # read armed by SetWatches relative to the zxid seen before them (as ``_scan``). A
-        # read is skipped where the node is not known now: it cannot become known before
-        # its answer would be applied (only step 3 adds nodes).
-        relative_zxid = client.last_zxid
-        wanted = [(path, not child, child) for child, _, path in events if path in self._known]
-        answered = iter(self._io.multi_read(wanted))
-        answers: list[Any] = []
-        armed = Rearm(self.data_callback, self.child_callback)
-        for child, _, path in events:
-            if path not in self._known:
-                answers.append(None)
-                continue
-            _, got, names = next(answered)
-            answer = names if child else got
-            answers.append(answer)
-            if not isinstance(answer, Exception):
-                (armed.child if child else armed.data).append(path)
-        rearm(client, relative_zxid, [armed], self._io.wait_answer)
+        # 1. The first read of each, which arms its watch again (``_read_and_arm``). A read
+        # is skipped where the node is not known now: it cannot become known before its
+        # answer would be applied (only step 3 adds nodes).
+        wanted = [(child, path) for child, _, path in events if path in self._known]
+        answered = iter(self._read_and_arm(wanted))
+        answers = [next(answered) if path in self._known else None for _, _, path in events]
         # 2. The answers, in the notifications' order; new nodes are only noted
         adopt: list[str] = []
         for (child, event_type, path), answer in zip(events, answers, strict=True):
@@ -273,6 +267,28 @@ class TreeWatcher:
         # 3. The new subtrees, read after every answer above was applied
         if adopt:
             self._adopt(_outermost(adopt))
+
+    def _read_and_arm(self, reads: list[tuple[bool, str]]) -> list[Any]:
+        """The answer to each ``(children, path)`` of ``reads``, its watch armed: in
+        multiReads, and then the watches of what they read armed by SetWatches relative to
+        the zxid seen before them (as ``_scan``). A lone read (a lone change, the steady
+        state's usual batch) goes as a read that arms its own watch (``_LONE_READS``)."""
+        if 0 < len(reads) <= _LONE_READS:
+            children, path = reads[0]
+            return [self._io.watched_read(path, children, self.child_callback if children else self.data_callback)]
+        client = self._io.client
+        relative_zxid = client.last_zxid
+        answers: list[Any] = []
+        armed = Rearm(self.data_callback, self.child_callback)
+        for (children, path), (_, got, names) in zip(
+            reads, self._io.multi_read([(path, not children, children) for children, path in reads]), strict=True
+        ):
+            answer = names if children else got
+            answers.append(answer)
+            if not isinstance(answer, Exception):
+                (armed.child if children else armed.data).append(path)
+        rearm(client, relative_zxid, [armed], self._io.wait_answer)
+        return answers
 
     def _apply_children(self, path: str, answer: Any, adopt: list[str]) -> None:
         """``answer``: the child names read, the read's exception, or None (not read)."""
@@ -382,8 +398,17 @@ class TreeWatcher:
         so nothing between a read and its arming goes unseen; a change the read already
         saw may come once more, and is read again for nothing. A few requests per 250
         nodes, where a read per node armed its watch."""
-        client = self._io.client
         leaf = self.registration.leaf
+        if 0 < len(starts) <= _LONE_READS and leaf is not None and leaf(starts[0]):
+            # a lone new leaf (an instance joining a job): one read, as ``_read_and_arm``
+            (got,) = self._read_and_arm([(False, starts[0])])
+            if isinstance(got, (KzNoNode, NoAuthError)):
+                return [], {}
+            if isinstance(got, Exception):
+                raise got
+            data, stat = got
+            return [(starts[0], _node(data, stat), stat.czxid)], {starts[0]: []}
+        client = self._io.client
         relative_zxid = client.last_zxid
         if not relative_zxid:  # no answer seen yet: every node would be reported changed
             self._io.wait_answer(client.exists_async(self.root))

@@ -370,6 +370,8 @@ def test_a_change_between_a_re_read_and_its_arming_is_reported(
     log = EventLog()
     ours.watch("/r", log, initial=True)
     assert ours.flush_events()
+    # a lone re-read arms its own watch; this pins the batch's path, its SetWatches after
+    monkeypatch.setattr(zookeeper_watch, "_LONE_READS", 0)
     # once the re-read of /r/a is done, before its watch is armed
     changed = _before_the_next_arming(monkeypatch, lambda: writer.put("/r/a", b"3"))
     writer.put("/r/a", b"2")
@@ -377,6 +379,52 @@ def test_a_change_between_a_re_read_and_its_arming_is_reported(
     assert changed
     writer.put("/r/a", b"4")  # armed again after the second change's own re-read
     log.wait(EventKind.UPDATED, "/r/a", b"4")
+
+
+LONE = 20
+
+
+def test_a_lone_change_is_read_again_in_one_request_that_arms_its_watch(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
+) -> None:
+    """A change that comes alone (the steady state's usual one) is read again by a read
+    that arms its watch itself: one request, where a multiRead and its SetWatches (which
+    reports the change once more, read again) were four. Each change is waited for before
+    the next, so none is batched with another."""
+    ours, writer = pair
+    writer.create("/lone/a", b"0")
+    log = EventLog()
+    ours.watch("/lone", log, initial=True)
+    assert ours.flush_events()
+    log.clear()
+    before = packets_received(zk_server.address)
+    for i in range(1, LONE + 1):
+        writer.put("/lone/a", str(i).encode())  # one request
+        log.wait(EventKind.UPDATED, "/lone/a", str(i).encode())  # reported: armed again
+    sent = packets_received(zk_server.address) - before
+    # 2 a change (its write, its re-read), a ping or two besides; as a batch: 5 (101 here)
+    assert sent <= 2 * LONE + 5, sent
+
+
+def test_a_lone_new_leaf_is_adopted_in_one_read_that_arms_its_watch(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
+) -> None:
+    """An instance joining a job: a new leaf alone under a watched parent costs the
+    parent's listing and the leaf's read, each one request that arms its own watch."""
+    ours, writer = pair
+    writer.create("/leafy/kids", b"")
+    log = EventLog()
+    ours.watch("/leafy", log, initial=True, leaves=lambda p: p.startswith("/leafy/kids/"))
+    assert ours.flush_events()
+    before = packets_received(zk_server.address)
+    for i in range(LONE):
+        writer.create(f"/leafy/kids/k{i:02d}", b"here")
+        log.wait(EventKind.CREATED, f"/leafy/kids/k{i:02d}", b"here")
+    sent = packets_received(zk_server.address) - before
+    # 3 a leaf (its create, the listing, its read), a ping or two besides; as batches: 7 (141)
+    assert sent <= 3 * LONE + 5, sent
+    writer.put("/leafy/kids/k00", b"changed")  # the leaf's watch is armed
+    log.wait(EventKind.UPDATED, "/leafy/kids/k00", b"changed")
 
 
 @pytest.mark.parametrize("race", ["a node deleted meanwhile", "a child added meanwhile"])
