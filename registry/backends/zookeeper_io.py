@@ -284,13 +284,16 @@ class ZkIO:
         except (KzNoNode, NoAuthError) as exc:
             return exc
 
-    def multi_read(self, reads: list[tuple[str, bool, bool]], deadline: float = 0.0) -> Iterator[tuple[str, Any, Any]]:
+    def multi_read(
+        self, reads: list[tuple[str, bool, bool]], deadline: float = 0.0, *, zxids: list[int] | None = None
+    ) -> Iterator[tuple[str, Any, Any]]:
         """``(path, data answer, children answer)`` for each ``(path, read its data, read its
         children)`` of ``reads``, in order, read in multiReads of at most ``_READ_NODES``
         entries and ``_READ_BYTES`` of request, which arm no watch. A data answer is
         ``(value, ZnodeStat)``, a children answer the child names; either is the read's
         exception instance where it failed (each read fails on its own), or None where it
-        was not asked for."""
+        was not asked for. ``zxids`` gets each multiRead's answer zxid
+        (``zookeeper_wire.EncodedMultiRead``), in order."""
 
         def chunks() -> Iterator[tuple[list[tuple[str, bool, bool]], list[bytes]]]:
             # built as they are sent: a level of 100,000 nodes is megabytes of requests
@@ -311,6 +314,8 @@ class ZkIO:
                 yield chunk, ops
 
         for (entries, _), answer in self.windowed(chunks(), lambda c: send_multi_read(self.client, c[1]), deadline):
+            if zxids is not None:
+                zxids.append(answer.zxid)
             results = iter(answer)
             for path, data, children in entries:
                 got = next(results) if data else None

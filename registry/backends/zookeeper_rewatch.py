@@ -2,7 +2,7 @@
 instead of every node read again; after a session expired too (the request arms the new
 session's watches just the same, and the old session's ephemeral nodes, deleted since,
 are reported like any deletion). A tree watch's scan arms the watches of what it read
-the same way (``zookeeper_watch``), relative to the last zxid seen before its reads.
+the same way (``zookeeper_watch``), relative to the zxid of its first read's answer.
 
 The server drops a connection's watches with the connection, and kazoo forgets its
 callbacks (it does not send SetWatches). Reading the whole subtree again re-arms them but

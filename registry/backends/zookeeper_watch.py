@@ -63,10 +63,8 @@ _SYNC_ATTEMPTS = 3
 _RESYNC_BACKOFF = 0.05
 _RESYNC_BACKOFF_MAX = 2.0
 #: a batch of this many reads at most (a lone change, a lone new leaf: the steady state's
-#: usual batch) goes as a read that arms its own watch: one request. In a multiRead it
-#: costs four: the SetWatches after it is relative to a zxid from before the change, so
-#: the server reports the change once more, and it is read and armed again. 0 sends every
-#: read as in a batch (tests of that path)
+#: usual batch) goes as a read that arms its own watch: one request, where a multiRead and
+#: its SetWatches are two. 0 sends every read as in a batch (tests of that path)
 _LONE_READS = 1
 
 
@@ -271,23 +269,25 @@ class TreeWatcher:
     def _read_and_arm(self, reads: list[tuple[bool, str]]) -> list[Any]:
         """The answer to each ``(children, path)`` of ``reads``, its watch armed: in
         multiReads, and then the watches of what they read armed by SetWatches relative to
-        the zxid seen before them (as ``_scan``). A lone read (a lone change, the steady
+        their first answer's zxid (as ``_scan``). A lone read (a lone change, the steady
         state's usual batch) goes as a read that arms its own watch (``_LONE_READS``)."""
         if 0 < len(reads) <= _LONE_READS:
             children, path = reads[0]
             return [self._io.watched_read(path, children, self.child_callback if children else self.data_callback)]
-        client = self._io.client
-        relative_zxid = client.last_zxid
         answers: list[Any] = []
+        zxids: list[int] = []
         armed = Rearm(self.data_callback, self.child_callback)
         for (children, path), (_, got, names) in zip(
-            reads, self._io.multi_read([(path, not children, children) for children, path in reads]), strict=True
+            reads,
+            self._io.multi_read([(path, not children, children) for children, path in reads], zxids=zxids),
+            strict=True,
         ):
             answer = names if children else got
             answers.append(answer)
             if not isinstance(answer, Exception):
                 (armed.child if children else armed.data).append(path)
-        rearm(client, relative_zxid, [armed], self._io.wait_answer)
+        if zxids:
+            rearm(self._io.client, min(zxids), [armed], self._io.wait_answer)
         return answers
 
     def _apply_children(self, path: str, answer: Any, adopt: list[str]) -> None:
@@ -392,12 +392,15 @@ class TreeWatcher:
         leaves out). Returns (path, node, czxid) parents first, and children.
 
         The reads go in multiReads (``ZkIO.multi_read``), which arm nothing; the watches
-        are armed afterwards by SetWatches relative to the last zxid the client saw before
-        the first read (``zookeeper_rewatch.rearm``). Every change after that zxid to a node
-        read is reported by the server at once, as the watch it armed would have fired,
-        so nothing between a read and its arming goes unseen; a change the read already
-        saw may come once more, and is read again for nothing. A few requests per 250
-        nodes, where a read per node armed its watch."""
+        are armed afterwards by SetWatches (``zookeeper_rewatch.rearm``) relative to the
+        zxid of the first multiRead's answer: the last change the server had applied when
+        it began those reads (``zookeeper_wire.EncodedMultiRead``). Every change after it
+        to a node read is reported by the server at once, as the watch it armed would have
+        fired, so nothing between a read and its arming goes unseen; a change that a later
+        read already saw may come once more, and is read again for nothing. (Relative to
+        the zxid the client saw before the reads, every change that set off the reads came
+        again, and a batch of notifications was read twice.) A few requests per 250 nodes,
+        where a read per node armed its watch."""
         leaf = self.registration.leaf
         if 0 < len(starts) <= _LONE_READS and leaf is not None and leaf(starts[0]):
             # a lone new leaf (an instance joining a job): one read, as ``_read_and_arm``
@@ -408,18 +411,14 @@ class TreeWatcher:
                 raise got
             data, stat = got
             return [(starts[0], _node(data, stat), stat.czxid)], {starts[0]: []}
-        client = self._io.client
-        relative_zxid = client.last_zxid
-        if not relative_zxid:  # no answer seen yet: every node would be reported changed
-            self._io.wait_answer(client.exists_async(self.root))
-            relative_zxid = client.last_zxid
+        zxids: list[int] = []
         found: list[tuple[str, Node, int]] = []
         kids: dict[str, list[str]] = {}
         level = list(starts)
         while level:
             next_level: list[str] = []
             reads = [(p, True, leaf is None or not leaf(p)) for p in level]
-            for path, got, names in self._io.multi_read(reads):
+            for path, got, names in self._io.multi_read(reads, zxids=zxids):
                 if isinstance(got, (KzNoNode, NoAuthError)):
                     continue  # gone, or not ours to read: skip it and what is below
                 if names is None:
@@ -438,7 +437,8 @@ class TreeWatcher:
         armed = Rearm(self.data_callback, self.child_callback)
         armed.data = [path for path, _, _ in found]
         armed.child = [path for path in armed.data if leaf is None or not leaf(path)]
-        rearm(client, relative_zxid, [armed], self._io.wait_answer)
+        if zxids:
+            rearm(self._io.client, min(zxids), [armed], self._io.wait_answer)
         return found, kids
 
 

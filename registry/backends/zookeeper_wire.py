@@ -49,6 +49,8 @@ __all__ = [
     "EncodedMulti",
     "EncodedMultiRead",
     "MultiEncoder",
+    "ReadAnswers",
+    "decode_read_answers",
     "get_children",
     "get_data",
     "request_size",
@@ -133,18 +135,45 @@ def get_children(path: str) -> bytes:
     return b"".join((_GET_CHILDREN_HEADER, _string(path), _NO_WATCH))
 
 
-class EncodedMultiRead(EncodedMulti):
+class ReadAnswers(list[Any]):
+    """A multiRead's answers, in order, and ``zxid``: its answer's zxid."""
+
+    zxid: int = 0
+
+
+class EncodedMultiRead:
     """A ``multiRead`` of ``get_data`` and ``get_children`` bytes: one answer per op, in
     order: ``(value, ZnodeStat)`` (an absent value as ``b""``), a list of child names, or
     the op's exception instance. kazoo routes it as any request; only a multi (type 14)
-    has its answer rewritten (``Transaction.unchroot``), and this one carries no path."""
+    has its answer rewritten (``Transaction.unchroot``), and this one carries no path.
 
-    __slots__ = ()
+    The answers' ``zxid`` is the zxid of the answer's header: the last transaction the
+    server had applied when it began the reads (ZooKeeper 3.6+ takes it before serving
+    a read), so every change to a node after its read has a later zxid. A watch armed by
+    SetWatches relative to it misses no change after the read. The trick: kazoo's
+    connection thread sets ``client.last_zxid`` from each answer's header and then, on
+    the same thread, calls that request's ``deserialize``, which reads it there; read
+    later, another answer may have moved it past changes never seen."""
+
+    __slots__ = ("client", "operations")
     type = _MULTI_READ
 
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        return _answers(data, offset, _read_result)
+    def __init__(self, operations: list[bytes], client: Any) -> None:
+        self.operations = operations
+        self.client = client
+
+    def serialize(self) -> bytes:
+        return b"".join(self.operations) + MULTI_END
+
+    def deserialize(self, data: bytes, offset: int) -> ReadAnswers:
+        answers = ReadAnswers(decode_read_answers(data, offset))
+        answers.zxid = self.client.last_zxid
+        return answers
+
+
+def decode_read_answers(data: bytes, offset: int) -> list[Any]:
+    """A multiRead's answers (``EncodedMultiRead``) from its answer's bytes."""
+    return _answers(data, offset, _read_result)
 
 
 _NO_RESULT = object()  # an op kazoo keeps no result for
@@ -223,7 +252,8 @@ def send_multi(client: Any, operations: list[bytes]) -> Any:
 
 
 def send_multi_read(client: Any, operations: list[bytes]) -> Any:
-    """Queue the multiRead on ``client``'s connection; kazoo's async result of its answer."""
+    """Queue the multiRead on ``client``'s connection; kazoo's async result of its
+    ``ReadAnswers``."""
     result = client.handler.async_result()
-    client._call(EncodedMultiRead(operations), result)
+    client._call(EncodedMultiRead(operations, client), result)
     return result

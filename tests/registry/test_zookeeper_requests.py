@@ -384,13 +384,10 @@ def test_a_change_between_a_re_read_and_its_arming_is_reported(
 LONE = 20
 
 
-def test_a_lone_change_is_read_again_in_one_request_that_arms_its_watch(
-    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
-) -> None:
-    """A change that comes alone (the steady state's usual one) is read again by a read
-    that arms its watch itself: one request, where a multiRead and its SetWatches (which
-    reports the change once more, read again) were four. Each change is waited for before
-    the next, so none is batched with another."""
+def _requests_for_lone_changes(zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]) -> int:
+    """The requests the server took while the writer changed a node watched by ``ours``
+    ``LONE`` times, each change reported before the next: none is batched with another.
+    Every change must be reported once, in order."""
     ours, writer = pair
     writer.create("/lone/a", b"0")
     log = EventLog()
@@ -401,9 +398,35 @@ def test_a_lone_change_is_read_again_in_one_request_that_arms_its_watch(
     for i in range(1, LONE + 1):
         writer.put("/lone/a", str(i).encode())  # one request
         log.wait(EventKind.UPDATED, "/lone/a", str(i).encode())  # reported: armed again
-    sent = packets_received(zk_server.address) - before
-    # 2 a change (its write, its re-read), a ping or two besides; as a batch: 5 (101 here)
+    assert ours.flush_events()
+    assert [e.value for e in log.events] == [str(i).encode() for i in range(1, LONE + 1)]
+    return packets_received(zk_server.address) - before
+
+
+def test_a_lone_change_is_read_again_in_one_request_that_arms_its_watch(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]
+) -> None:
+    """A change that comes alone (the steady state's usual one) is read again by a read
+    that arms its watch itself: one request, where a multiRead and its SetWatches are
+    two."""
+    sent = _requests_for_lone_changes(zk_server, pair)
+    # 2 a change (its write, its re-read), a ping or two besides: 41 here; through the
+    # batch's path 3 (61), and 5 (101) before its arming was relative to the answer's zxid
     assert sent <= 2 * LONE + 5, sent
+
+
+def test_a_batch_read_again_is_armed_past_the_changes_that_set_it_off(
+    zk_server: Any, pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's re-read is armed by SetWatches relative to its answer's zxid, which the
+    changes that set it off precede: relative to the zxid this client saw before the
+    read, the server reported each of them once more, and they were read and armed a
+    second time (four requests a change, where two do)."""
+    monkeypatch.setattr(zookeeper_watch, "_LONE_READS", 0)  # every re-read as a batch's
+    sent = _requests_for_lone_changes(zk_server, pair)
+    # 3 a change (its write, a multiRead, a SetWatches), a ping or two besides: 61 here;
+    # armed relative to the zxid seen before the read, 101
+    assert sent <= 3 * LONE + 5, sent
 
 
 def test_a_lone_new_leaf_is_adopted_in_one_read_that_arms_its_watch(

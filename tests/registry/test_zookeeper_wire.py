@@ -27,8 +27,8 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions, make_digest_ac
 from registry.backends import zookeeper_wire
 from registry.backends.zookeeper_wire import (
     EncodedMulti,
-    EncodedMultiRead,
     MultiEncoder,
+    decode_read_answers,
     get_children,
     get_data,
     request_size,
@@ -93,7 +93,7 @@ def test_a_multi_reads_ops_are_kazoos_reads_under_a_multi_header() -> None:
 def test_a_multi_read_answer_with_an_op_type_never_sent_is_refused() -> None:
     check = struct.pack("!iBi", 13, 0, -1)
     with pytest.raises(RegistryError, match="op type 13"):
-        EncodedMultiRead.deserialize(check + zookeeper_wire.MULTI_END, 0)
+        decode_read_answers(check + zookeeper_wire.MULTI_END, 0)
 
 
 @pytest.fixture
@@ -189,3 +189,22 @@ def test_a_multi_read_answers_each_read_as_kazoos_own_read(client: tuple[KazooCl
     assert sorted(answer[1]) == sorted(kazoo.get_children(f"{root}/a")) == ["x", "y"]
     assert isinstance(answer[2], NoNodeError) and isinstance(answer[3], NoNodeError)
     assert answer[5][1].ephemeralOwner == kazoo.client_id[0]
+
+
+def test_a_multi_reads_zxid_is_its_own_answers(client: tuple[KazooClient, str], zk_server: Any) -> None:
+    """The zxid a multiRead's answers carry is their header's: it covers a change another
+    client made after this one's last answer, which the zxid this client had seen before
+    the read does not (a watch armed relative to that one reports the change again)."""
+    kazoo, root = client
+    seen_before = kazoo.last_zxid
+    other = KazooClient(hosts=zk_server.address)
+    other.start(timeout=30)
+    try:
+        changed = other.set(f"{root}/a", b"changed")
+    finally:
+        other.stop()
+        other.close()
+    assert kazoo.last_zxid == seen_before < changed.mzxid
+    answer = send_multi_read(kazoo, [get_data(f"{root}/a")]).get(timeout=10)
+    assert answer[0] == (b"changed", changed)
+    assert answer.zxid >= changed.mzxid
