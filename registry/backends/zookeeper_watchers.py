@@ -4,21 +4,24 @@ kazoo keeps the callbacks of the watches it has armed in ``client._data_watchers
 ``client._child_watchers``: a ``defaultdict(set)`` each, keyed by the path kazoo prefixed
 itself. A tree watch arms a data and a child watch on each of a job's dozen nodes, each
 entry holding one callback: a set per entry (216 bytes) and a private copy of each path
-came to about 4.4 KiB per job.
+came to about 4.4 KiB per job; an object per entry holding its one callback, to 1.5 KiB.
 
 Invariant: each table maps ``shared(path)`` (one ``str`` per path, the one the tree
-watch's own maps hold) to a ``_Callbacks``: one callback in a slot, more in a list, with
-a set's ``add`` and ``discard``; an entry holds one or two callbacks, so a scan costs
-what a hash does. kazoo uses the tables through ``table[path].add(callback)``,
-``pop(path, default)``, ``get`` and ``values()``, all of which these give.
+watch's own maps hold) to its one callback itself, or to a list from the second callback
+on (an entry holds one or two, so a scan costs what a hash does); a path whose last
+callback is discarded leaves the table. The table gives kazoo what it uses of a
+``defaultdict(set)``: ``table[path].add(callback)`` (``_Entry``, writing through to the
+table), ``pop(path, default)``, ``get`` and ``values()``, each entry as an iterable of
+callbacks.
 
 Hazard: the tables are kazoo's private attributes, and kazoo replaces them with new
 ``defaultdict(set)`` in ``_reset_watchers`` at every connection loss.
 ``compact_watcher_tables`` installs only over a client whose tables are kazoo's own
 ``defaultdict(set)`` and whose reset is ``KazooClient._reset_watchers`` itself, and
 installs again after each reset, on the same connection thread that arms watches (so no
-watch is armed in between); any other client is left as kazoo made it, with a warning. ``tests/registry/test_zookeeper_watchers.py`` checks the tables
-against a real server, across a dropped connection.
+watch is armed in between); any other client is left as kazoo made it, with a warning.
+``tests/registry/test_zookeeper_watchers.py`` checks the tables against a real server,
+across a dropped connection.
 """
 
 from __future__ import annotations
@@ -39,62 +42,89 @@ log = logging.getLogger("registry.zookeeper")
 _TABLES = ("_data_watchers", "_child_watchers")
 
 
-class _Callbacks:
+_Callback = Callable[[Any], None]
+#: what a table holds for a path: its one callback, or a list of two or more
+_Stored = _Callback | list[_Callback]
+
+
+def _callbacks(stored: _Stored | None) -> list[_Callback]:
+    """``stored`` as a list of its callbacks, a copy (a caller may discard while it goes)."""
+    if stored is None:
+        return []
+    return list(stored) if isinstance(stored, list) else [stored]
+
+
+class _Entry:
     """The callbacks armed on one path, with the part of a set's interface kazoo uses
-    (``add``, ``discard``, iteration, ``len``): nearly always one callback, held in a slot
-    (48 bytes, against 92 for a list of one); a list only from the second on."""
+    (``add``, ``discard``, iteration, ``len``), read from and written to the table: made
+    for the call, never stored."""
 
-    __slots__ = ("_more", "_one")
+    __slots__ = ("_path", "_table")
 
-    def __init__(self, callbacks: Iterable[Callable[[Any], None]] = ()) -> None:
-        self._one: Callable[[Any], None] | None = None
-        self._more: list[Callable[[Any], None]] | None = None  # two or more, else None
-        for callback in callbacks:
-            self.add(callback)
+    def __init__(self, table: _WatcherTable, path: str) -> None:
+        self._table, self._path = table, path
 
-    def add(self, callback: Callable[[Any], None]) -> None:
-        more = self._more
-        if more is not None:
-            if callback not in more:
-                more.append(callback)
-        elif self._one is None:
-            self._one = callback
-        elif self._one != callback:
-            self._more, self._one = [self._one, callback], None
+    def add(self, callback: _Callback) -> None:
+        table, path = self._table, self._path
+        stored = dict.get(table, path)
+        if stored is None:
+            dict.__setitem__(table, shared(path), callback)
+        elif isinstance(stored, list):
+            if callback not in stored:
+                stored.append(callback)
+        elif stored != callback:
+            both: list[_Callback] = [stored, callback]
+            dict.__setitem__(table, path, both)
 
-    def discard(self, callback: Callable[[Any], None]) -> None:
-        more = self._more
-        if more is not None:
-            if callback in more:
-                more.remove(callback)
-                if len(more) == 1:
-                    self._one, self._more = more[0], None
-        elif self._one == callback:
-            self._one = None
+    def discard(self, callback: _Callback) -> None:
+        table, path = self._table, self._path
+        stored = dict.get(table, path)
+        if isinstance(stored, list):
+            if callback in stored:
+                stored.remove(callback)
+                if len(stored) == 1:
+                    dict.__setitem__(table, path, stored[0])
+        elif stored is not None and stored == callback:
+            dict.pop(table, path, None)  # kazoo may have popped it meanwhile
 
-    def __iter__(self) -> Iterator[Callable[[Any], None]]:
-        if self._more is not None:
-            return iter(list(self._more))
-        return iter(() if self._one is None else (self._one,))
+    def __iter__(self) -> Iterator[_Callback]:
+        return iter(_callbacks(dict.get(self._table, self._path)))
 
     def __len__(self) -> int:
-        if self._more is not None:
-            return len(self._more)
-        return 0 if self._one is None else 1
+        return len(_callbacks(dict.get(self._table, self._path)))
 
 
-class _WatcherTable(dict[str, _Callbacks]):
-    """path -> its callbacks; a missing path gets an empty entry, as a ``defaultdict``."""
+class _WatcherTable(dict[str, _Stored]):
+    """path -> its callbacks (module docstring); ``table[path]`` of a path never armed is
+    an empty entry, as a ``defaultdict``'s, but adds nothing to the table until a callback
+    is added to it."""
 
-    def __missing__(self, path: str) -> _Callbacks:
-        callbacks = self[shared(path)] = _Callbacks()
-        return callbacks
+    def __getitem__(self, path: str) -> _Entry:  # type: ignore[override]  # kazoo's view
+        return _Entry(self, path)
+
+    def get(self, path: str, default: Any = None) -> Any:
+        return _Entry(self, path) if path in self else default
+
+    def pop(self, path: str, *default: Any) -> Any:
+        stored = dict.pop(self, path, None)
+        if stored is None:
+            if default:
+                return default[0]
+            raise KeyError(path)
+        return _callbacks(stored)
+
+    def values(self) -> list[list[_Callback]]:  # type: ignore[override]  # kazoo's view
+        return [_callbacks(stored) for stored in dict.values(self)]
+
+    def items(self) -> list[tuple[str, list[_Callback]]]:  # type: ignore[override]
+        return [(path, _callbacks(stored)) for path, stored in dict.items(self)]
 
 
-def _table(entries: Iterable[tuple[str, Iterable[Callable[[Any], None]]]]) -> _WatcherTable:
+def _table(entries: Iterable[tuple[str, Iterable[_Callback]]]) -> _WatcherTable:
     table = _WatcherTable()
     for path, callbacks in entries:
-        table[shared(path)] = _Callbacks(callbacks)
+        for callback in callbacks:
+            table[path].add(callback)
     return table
 
 

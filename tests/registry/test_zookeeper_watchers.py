@@ -1,6 +1,6 @@
 """kazoo's tables of watch callbacks are kept compact (``registry/backends/zookeeper_watchers.py``),
-against a real ZooKeeper: one list entry per watched path holding the tree watch's one
-callback, keyed by the same ``str`` the watch keeps, and still so after the connection
+against a real ZooKeeper: one entry per watched path holding the tree watch's one
+callback itself, keyed by the same ``str`` the watch keeps, and still so after the connection
 drops and kazoo builds its tables anew; the watch goes on reporting changes throughout."""
 
 from __future__ import annotations
@@ -30,17 +30,16 @@ def _tables(reg: ZooKeeperRegistry) -> tuple[Any, Any]:
 
 
 def _assert_compact(reg: ZooKeeperRegistry, watched: list[str]) -> None:
-    """Every watched node has a data entry holding exactly one callback, in a table that is
-    not kazoo's ``defaultdict(set)``, keyed by the interned path."""
+    """Every watched node has a data entry holding its one callback itself, in a table
+    that is not kazoo's ``defaultdict(set)``, keyed by the interned path."""
     data, child = _tables(reg)
     for table in (data, child):
         assert type(table) is not defaultdict
-        for path, callbacks in table.items():
-            assert not isinstance(callbacks, set)
-            assert len(callbacks) == len(set(callbacks)), path  # no callback twice
+        for path, stored in dict.items(table):
+            assert callable(stored) or (len(stored) >= 2 and len(stored) == len(set(stored))), path
     for path in watched:
         stored = reg._ns.prefix + path
-        assert len(data[stored]) == 1, (path, list(data[stored]))
+        assert callable(dict.get(data, stored)), (path, dict.get(data, stored))
         key = next(k for k in data if k == stored)
         assert key is sys.intern(stored), path  # the one copy the tree watch keeps too
 
@@ -105,24 +104,32 @@ def test_a_client_whose_tables_are_not_kazoos_is_left_alone(caplog: pytest.LogCa
 
 
 def test_a_paths_callbacks_behave_as_the_set_kazoo_expects() -> None:
-    from registry.backends.zookeeper_watchers import _Callbacks
+    from registry.backends.zookeeper_watchers import _table
 
     def first(_: object) -> None: ...
     def second(_: object) -> None: ...
 
-    callbacks = _Callbacks()
+    table = _table([])
+    callbacks = table["/p"]
     assert len(callbacks) == 0 and list(callbacks) == [] and not callbacks
+    assert "/p" not in table and table.get("/p") is None  # a look adds nothing
     callbacks.add(first)
     callbacks.add(first)
     assert list(callbacks) == [first] and len(callbacks) == 1
+    assert dict.get(table, "/p") is first  # one callback: held as itself
     callbacks.add(second)
     callbacks.add(second)
     assert list(callbacks) == [first, second] and len(callbacks) == 2
+    assert table.values() == [[first, second]] and table.items() == [("/p", [first, second])]
     for armed in callbacks:  # kazoo's reset iterates while a callback may discard itself
         callbacks.discard(armed)
         callbacks.discard(armed)
-    assert list(callbacks) == [] and len(callbacks) == 0
+    assert list(callbacks) == [] and len(callbacks) == 0 and "/p" not in table
     callbacks.add(second)
     callbacks.discard(first)  # not armed: nothing happens
-    assert list(_Callbacks([first, second, first])) == [first, second]
-    assert list(callbacks) == [second]
+    assert list(table["/p"]) == [second]
+    assert list(_table([("/q", [first, second, first])])["/q"]) == [first, second]
+    # what kazoo does when a watch fires: pop the path's callbacks, or a default
+    assert table.pop("/p", []) == [second] and table.pop("/p", []) == []
+    with pytest.raises(KeyError):
+        table.pop("/p")
