@@ -153,7 +153,9 @@ class EncodedMultiRead:
     SetWatches relative to it misses no change after the read. The trick: kazoo's
     connection thread sets ``client.last_zxid`` from each answer's header and then, on
     the same thread, calls that request's ``deserialize``, which reads it there; read
-    later, another answer may have moved it past changes never seen."""
+    later, another answer may have moved it past changes never seen. A kazoo that set it
+    after ``deserialize``, or never, would give an older zxid: a change reported twice,
+    never one lost (``tests/registry/test_zookeeper_wire.py`` pins the order)."""
 
     __slots__ = ("client", "operations")
     type = _MULTI_READ
