@@ -10,7 +10,7 @@ if that fails, the whole subtree is read again and handed to ``_resync``. Every 
 in multiReads, and the watches of what it read are armed afterwards by SetWatches
 (``_scan``, ``_handle``): a few requests per 250 nodes, where a read per node armed its
 watch (a node the watch's ``leaves`` names gets no child watch and no children read). A
-lone read goes as a read that arms its watch (``_LONE_READS``).
+lone read goes as a read that arms its watch (``_WATCHED_LONE_READ``).
 
 Invariants kept here:
 
@@ -62,10 +62,10 @@ _SYNC_ATTEMPTS = 3
 #: seconds between two tries of a resync that failed while connected (doubling, capped)
 _RESYNC_BACKOFF = 0.05
 _RESYNC_BACKOFF_MAX = 2.0
-#: a batch of this many reads at most (a lone change, a lone new leaf: the steady state's
-#: usual batch) goes as a read that arms its own watch: one request, where a multiRead and
-#: its SetWatches are two. 0 sends every read as in a batch (tests of that path)
-_LONE_READS = 1
+#: a batch of one read (a lone change, a lone new leaf: the steady state's usual batch)
+#: goes as a read that arms its own watch: one request, where a multiRead and its
+#: SetWatches are two. False sends it as any batch (tests of that path)
+_WATCHED_LONE_READ = True
 
 
 def _deepest_first(path: str) -> tuple[int, str]:
@@ -270,8 +270,8 @@ class TreeWatcher:
         """The answer to each ``(children, path)`` of ``reads``, its watch armed: in
         multiReads, and then the watches of what they read armed by SetWatches relative to
         their first answer's zxid (as ``_scan``). A lone read (a lone change, the steady
-        state's usual batch) goes as a read that arms its own watch (``_LONE_READS``)."""
-        if 0 < len(reads) <= _LONE_READS:
+        state's usual batch) goes as a read that arms its own watch (``_WATCHED_LONE_READ``)."""
+        if len(reads) == 1 and _WATCHED_LONE_READ:
             children, path = reads[0]
             return [self._io.watched_read(path, children, self.child_callback if children else self.data_callback)]
         answers: list[Any] = []
@@ -402,7 +402,7 @@ class TreeWatcher:
         again, and a batch of notifications was read twice.) A few requests per 250 nodes,
         where a read per node armed its watch."""
         leaf = self.registration.leaf
-        if 0 < len(starts) <= _LONE_READS and leaf is not None and leaf(starts[0]):
+        if len(starts) == 1 and _WATCHED_LONE_READ and leaf is not None and leaf(starts[0]):
             # a lone new leaf (an instance joining a job): one read, as ``_read_and_arm``
             (got,) = self._read_and_arm([(False, starts[0])])
             if isinstance(got, (KzNoNode, NoAuthError)):

@@ -371,7 +371,7 @@ def test_a_change_between_a_re_read_and_its_arming_is_reported(
     ours.watch("/r", log, initial=True)
     assert ours.flush_events()
     # a lone re-read arms its own watch; this pins the batch's path, its SetWatches after
-    monkeypatch.setattr(zookeeper_watch, "_LONE_READS", 0)
+    monkeypatch.setattr(zookeeper_watch, "_WATCHED_LONE_READ", False)
     # once the re-read of /r/a is done, before its watch is armed
     changed = _before_the_next_arming(monkeypatch, lambda: writer.put("/r/a", b"3"))
     writer.put("/r/a", b"2")
@@ -422,7 +422,7 @@ def test_a_batch_read_again_is_armed_past_the_changes_that_set_it_off(
     changes that set it off precede: relative to the zxid this client saw before the
     read, the server reported each of them once more, and they were read and armed a
     second time (four requests a change, where two do)."""
-    monkeypatch.setattr(zookeeper_watch, "_LONE_READS", 0)  # every re-read as a batch's
+    monkeypatch.setattr(zookeeper_watch, "_WATCHED_LONE_READ", False)  # every re-read as a batch's
     sent = _requests_for_lone_changes(zk_server, pair)
     # 3 a change (its write, a multiRead, a SetWatches), a ping or two besides: 61 here;
     # armed relative to the zxid seen before the read, 101
