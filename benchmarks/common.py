@@ -305,15 +305,14 @@ def servers(args: argparse.Namespace, *, zookeeper: bool = True, etcd: bool = Tr
 
     with tempfile.TemporaryDirectory(prefix="shardjob-bench-") as tmp:
         started: list[ServerProcess] = []
-        zk_address = args.zk if zookeeper else None
-        etcd_address = args.etcd if etcd else None
+        zk: ZooKeeperServer | None = None
+        etcd_server: EtcdServer | None = None
         try:
-            if zookeeper and not zk_address:
+            if zookeeper and not args.zk:
                 zk = ZooKeeperServer(Path(tmp) / "zookeeper", heap=DEFAULT_HEAP)
                 zk.launch()
                 started.append(zk)
-                zk_address = zk.address
-            if etcd and not etcd_address:
+            if etcd and not args.etcd:
                 # compacted as docs/registry.md asks of a deployment (1 minute: the
                 # retention it gives for 10,000 every-second jobs)
                 etcd_server = EtcdServer(
@@ -322,7 +321,6 @@ def servers(args: argparse.Namespace, *, zookeeper: bool = True, etcd: bool = Tr
                 )
                 etcd_server.launch()
                 started.append(etcd_server)
-                etcd_address = etcd_server.address
             # the readiness probes' first attempts hit a port not yet open; kazoo logs
             # each as a warning that says nothing about the benchmark
             probe_log = logging.getLogger("kazoo.client")
@@ -333,6 +331,9 @@ def servers(args: argparse.Namespace, *, zookeeper: bool = True, etcd: bool = Tr
                     server.wait_ready(60)
             finally:
                 probe_log.setLevel(level)
+            # read once they serve: a server whose port was taken is relaunched on another
+            zk_address = zk.address if zk is not None else args.zk if zookeeper else None
+            etcd_address = etcd_server.address if etcd_server is not None else args.etcd if etcd else None
             yield Servers(zk_address, etcd_address)
         finally:
             for server in started:

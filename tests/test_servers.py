@@ -1,6 +1,7 @@
 """The test infrastructure itself: the severable proxy, bounded waits, certificates, and
 the server launchers' promises (ready means writable; restart keeps port and data;
-a killed cluster member is replaced by a new leader and rejoins).
+a killed cluster member is replaced by a new leader and rejoins; a server whose picked
+port was taken first serves on another, and one that exits says why).
 
 These use the raw clients (kazoo, pyetcd), not the registry backends, so a fault in a
 backend cannot hide a fault in the tools that test it.
@@ -11,15 +12,23 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.servers.etcd import EtcdCluster, EtcdServer, etcd_write_check
+from tests.conftest import need_local
+from tests.servers.etcd import EtcdCluster, EtcdServer, etcd_available, etcd_write_check
 from tests.servers.external import ExternalServer
-from tests.servers.process import run_tool
+from tests.servers.ports import LOOPBACK
+from tests.servers.process import ServerExitedError, run_tool
 from tests.servers.proxy import TCPProxy
 from tests.servers.tls import TLSFiles
-from tests.servers.zookeeper import ZooKeeperEnsemble, ZooKeeperServer, zookeeper_write_check
+from tests.servers.zookeeper import (
+    ZooKeeperEnsemble,
+    ZooKeeperServer,
+    zookeeper_available,
+    zookeeper_write_check,
+)
 from tests.waiting import wait_for
 
 
@@ -218,3 +227,49 @@ def test_etcd_cluster_survives_leader_kill(etcd_cluster: EtcdCluster) -> None:
         etcd_cluster.start_member(leader)
     member = etcd_cluster.members[leader]
     assert etcd_write_check(member.host, member.port, 5.0)
+
+
+# -- a picked port taken before the server binds it ----------------------------------------
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port something else listens on, as when another process took the port
+    ``free_port`` picked in the second before the server bound it."""
+    listener = socket.create_server((LOOPBACK, 0))
+    yield listener.getsockname()[1]
+    listener.close()
+
+
+def test_a_zookeeper_whose_picked_port_is_taken_serves_on_a_fresh_one(
+    tmp_path: Path, taken_port: int
+) -> None:
+    need_local(zookeeper_available())
+    server = ZooKeeperServer(tmp_path / "zk")
+    server.port = taken_port
+    try:
+        server.start()
+        assert server.port != taken_port
+        assert zookeeper_write_check(server.address, 5.0)
+    finally:
+        server.stop()
+
+
+def test_a_zookeeper_given_a_taken_port_says_why_it_exited(tmp_path: Path, taken_port: int) -> None:
+    need_local(zookeeper_available())
+    server = ZooKeeperServer(tmp_path / "zk", client_port=taken_port)
+    with pytest.raises(ServerExitedError, match=r"(?i)address already in use") as raised:
+        server.start()
+    # ZooKeeper says so only in its own log4j file, not on its stdout
+    assert "zookeeper-server.log" in str(raised.value)
+    assert server.port == taken_port
+
+
+def test_an_etcd_whose_picked_port_is_taken_serves_on_a_fresh_one(tmp_path: Path, taken_port: int) -> None:
+    need_local(etcd_available())
+    server = EtcdServer(tmp_path / "etcd")
+    server.port = taken_port
+    try:
+        server.start()
+        assert server.port != taken_port
+        assert etcd_write_check(server.host, server.port, 5.0)
+    finally:
+        server.stop()

@@ -104,6 +104,7 @@ class EtcdServer(ServerProcess):
         self.extra_args = tuple(extra_args)
         self.member_name = name
         self.host = LOOPBACK
+        self._own_ports = client_port is None and peer_port is None and initial_cluster is None
         self.port = client_port if client_port is not None else free_port()
         self.peer_port = peer_port if peer_port is not None else free_port()
         self.initial_cluster = initial_cluster or f"{name}={self.peer_url}"
@@ -131,6 +132,15 @@ class EtcdServer(ServerProcess):
         missing = etcd_available()
         if missing:
             raise ServerStartError(f"cannot start etcd: {missing}")
+
+    def _take_fresh_ports(self) -> bool:
+        if not self._own_ports:
+            return False
+        self.port, self.peer_port = free_port(), free_port()
+        self.initial_cluster = f"{self.member_name}={self.peer_url}"
+        # etcd binds before it writes its data dir; a half-made one would pin the old peer URL
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+        return True
 
     def _argv(self) -> list[str]:
         argv = [

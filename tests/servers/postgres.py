@@ -96,6 +96,10 @@ class PostgresServer(ServerProcess):
             raise RuntimeError(f"initdb failed: {result.stdout}\n{result.stderr}")
         self._initialised = True
 
+    def _take_fresh_ports(self) -> bool:
+        self.port = free_port()
+        return True
+
     def _argv(self) -> list[str]:
         return _as_postgres(
             [

@@ -5,6 +5,13 @@ when it fails: fixtures stop their servers in finalizers, an ``atexit`` hook sto
 left over, and where the platform allows the child is also told to die with its parent
 (``setpriv --pdeathsig``), so a killed pytest does not leave servers holding ports.
 Output goes to a log file in the server's own work directory, never to the repository.
+
+Hazard: a port from ``free_port`` is free when picked, not when the server binds it a
+second later; another process (a parallel benchmark lane, an outgoing connection's
+ephemeral port) may take it first. A server whose ports were picked here and that exited
+on "address already in use" before it ever served is launched once more on fresh ports:
+it has served nobody yet, so nobody holds its old address (callers read ``address`` once
+it serves). Any other early exit is raised with the tails of all its logs.
 """
 
 from __future__ import annotations
@@ -22,19 +29,38 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ServerProcess", "ServerStartError", "log_tail", "run_tool", "stop_all", "stop_together"]
+__all__ = [
+    "ServerExitedError",
+    "ServerProcess",
+    "ServerStartError",
+    "log_tail",
+    "run_tool",
+    "stop_all",
+    "stop_together",
+]
 
 _live: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
 class ServerStartError(RuntimeError):
-    """A server did not become ready in time; the message carries its log's tail."""
+    """A server did not become ready in time; the message carries its logs' tails."""
 
 
-def log_tail(path: Path, lines: int = 40) -> str:
+class ServerExitedError(ServerStartError):
+    """A server's process exited before it served."""
+
+
+#: what ZooKeeper (a Java ``BindException``), etcd and PostgreSQL log when a port is taken
+_PORT_TAKEN = "address already in use"
+
+
+def log_tail(path: Path, lines: int = 40, *, start: int = 0) -> str:
+    """The last ``lines`` lines of ``path`` from byte ``start`` on."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
@@ -55,6 +81,9 @@ class ServerProcess(abc.ABC):
         self.name = name
         self.log_path = workdir / f"{name}.log"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._served = False
+        #: each log's size at the last launch: what that launch wrote starts there
+        self._log_starts: dict[Path, int] = {}
 
     # -- what subclasses provide -------------------------------------------------------
     @abc.abstractmethod
@@ -67,6 +96,15 @@ class ServerProcess(abc.ABC):
     def _prepare(self) -> None:
         """Write configuration files before each launch; subclasses extend this."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+
+    def _logs(self) -> list[Path]:
+        """Every log the server writes; subclasses add the server's own log files."""
+        return [self.log_path]
+
+    def _take_fresh_ports(self) -> bool:
+        """Pick new ports if this object picked the current ones; False if the caller gave
+        them (a cluster member's ports are in its peers' configuration)."""
+        return False
 
     # -- lifecycle ---------------------------------------------------------------------
     @property
@@ -87,6 +125,7 @@ class ServerProcess(abc.ABC):
             # dies with the test process even when pytest itself is SIGKILLed; only from
             # the main thread, because the signal fires when the *thread* that forked exits
             argv = ["setpriv", "--pdeathsig", "KILL", "--", *argv]
+        self._log_starts = {path: path.stat().st_size if path.exists() else 0 for path in self._logs()}
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 argv,
@@ -104,21 +143,36 @@ class ServerProcess(abc.ABC):
         """Probe until the server serves; ``ServerStartError`` with the log tail if not."""
         limit = self.start_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        relaunched = False
         while True:
             if not self.running:
+                if not relaunched and self._lost_its_port() and self._take_fresh_ports():
+                    relaunched = True
+                    self.launch()
+                    continue
                 code = self._proc.returncode if self._proc is not None else None
-                raise ServerStartError(
-                    f"{self.name} exited (code {code}) before serving; log {self.log_path}:\n"
-                    f"{log_tail(self.log_path)}"
-                )
+                raise ServerExitedError(f"{self.name} exited (code {code}) before serving; {self._log_tails()}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ServerStartError(
-                    f"{self.name} not ready after {limit:g}s; log {self.log_path}:\n{log_tail(self.log_path)}"
-                )
+                raise ServerStartError(f"{self.name} not ready after {limit:g}s; {self._log_tails()}")
             if self._check_ready(remaining):
+                self._served = True
                 return
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def _lost_its_port(self) -> bool:
+        """True if the process, never served before, exited because a port was taken."""
+        if self._served:
+            return False
+        return any(
+            _PORT_TAKEN in log_tail(path, start=start).lower() for path, start in self._log_starts.items()
+        )
+
+    def _log_tails(self) -> str:
+        """What the last launch wrote to each log, for an error message."""
+        return "\n".join(
+            f"log {path}:\n{log_tail(path, start=start)}" for path, start in self._log_starts.items()
+        )
 
     def start(self, timeout: float | None = None) -> None:
         self.launch()

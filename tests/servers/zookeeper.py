@@ -130,6 +130,7 @@ class ZooKeeperServer(ServerProcess):
     ) -> None:
         super().__init__(workdir, f"zookeeper{myid or ''}")
         self.host = LOOPBACK
+        self._own_port = client_port is None
         self.port = client_port if client_port is not None else free_port()
         self.myid = myid
         self.peers = peers
@@ -171,10 +172,24 @@ class ZooKeeperServer(ServerProcess):
         (self.workdir / "log4j.properties").write_text(
             "log4j.rootLogger=INFO, FILE\n"
             "log4j.appender.FILE=org.apache.log4j.FileAppender\n"
-            f"log4j.appender.FILE.File={self.workdir / 'zookeeper-server.log'}\n"
+            f"log4j.appender.FILE.File={self._server_log}\n"
             "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout\n"
             "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} [myid:%X{myid}] %-5p [%t:%C{1}@%L] - %m%n\n"
         )
+
+    @property
+    def _server_log(self) -> Path:
+        """log4j's file: where ZooKeeper says why it stopped (its stdout says nothing)."""
+        return self.workdir / "zookeeper-server.log"
+
+    def _logs(self) -> list[Path]:
+        return [*super()._logs(), self._server_log]
+
+    def _take_fresh_ports(self) -> bool:
+        if not self._own_port or self.peers:
+            return False
+        self.port = free_port()
+        return True
 
     def _argv(self) -> list[str]:
         classpath = os.pathsep.join([str(self.workdir), str(ZOOKEEPER_JAR), *(str(j) for j in _LOG_JARS)])
