@@ -261,11 +261,14 @@ class EtcdRegistry(BaseRegistry):
         return transaction_cost(ops)
 
     def _transaction(self, ops: list[Op]) -> None:
-        missing: set[str] | None = None  # None: parents assumed present, not read yet
+        # None: parents not read yet; those a watch reported are assumed present (guarded),
+        # those it did not are created if absent (ensured)
+        missing: set[str] | None = None
         for _ in range(_PLAN_ATTEMPTS):
-            plan = plan_transaction(ops, self._keeper.lease_id, missing or set(), self.max_txn_ops)
-            if missing is None and not plan.guards_fit():
-                # the guards of present parents will be left out: know them for sure first
+            unseen = self._unseen if missing is None else None
+            plan = plan_transaction(ops, self._keeper.lease_id, missing or set(), self.max_txn_ops, unseen)
+            if missing is None and not plan.fits():
+                # guards or nested transactions would be left out: know the parents first
                 missing = self._absent(creates_parents(ops))
                 continue
             response = self._write(plan.request(), "transaction")
@@ -313,6 +316,15 @@ class EtcdRegistry(BaseRegistry):
         except SessionLostError:
             self._keeper.poke()  # it confirms the loss, reports LOST and opens a new session
             raise
+
+    def _unseen(self, stored_path: str) -> bool:
+        """True if a watch covers ``stored_path`` and has not reported it. Only a hint (a
+        watch lags its own writes; a guard or a nested transaction checks it): a node just
+        created may be unseen, and one just deleted still reported."""
+        for registration in self._active_watches():
+            if registration.covers(stored_path):
+                return registration.to_client(stored_path) not in registration.versions
+        return False
 
     def _absent(self, paths: list[str]) -> set[str]:
         """Which of ``paths`` do not exist (read in transactions of ``max_txn_ops`` reads)."""

@@ -7,6 +7,11 @@ Invariants kept here:
   or a compare on a node below them (deletes are recursive: while it exists, they do);
 - a delete removes the key and the range ``key + "/"`` and nothing else (a single range
   from ``key`` would also hit siblings such as ``key-1``, which sort before ``key/``);
+- a parent no watch has reported is created, if absent, by a nested transaction
+  (``version == 0`` then put) inside the same transaction: right whether it exists or not,
+  so a new subtree is written in one request instead of a refused guard, a read of its
+  parents and a second try. etcd checks a nested transaction's lists against what the
+  outer lists leave of ``--max-txn-ops``, so the outer lists stay below the limit;
 - every transaction reads back, in its failure branch, each key it compared, so the
   reason of a failure is known atomically, without a second round trip;
 - no request exceeds the operations per list the server takes (etcd's ``--max-txn-ops``:
@@ -17,7 +22,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,16 +196,33 @@ class TxnPlan:
     reads: list[str]
     read_keys: list[bytes] = field(default_factory=list)  # ``reads`` encoded
     optional: list[_Cmp] = field(default_factory=list)  # as ``Plan.optional``
+    #: parents no watch has reported, each put by a nested transaction if absent
+    ensured: list[bytes] = field(default_factory=list)
     limit: int = ETCD_MAX_TXN_OPS  # ops per list the server takes
 
     def guards_fit(self) -> bool:
         return len(self.compares) + len(self.optional) <= self.limit
 
+    def fits(self) -> bool:
+        """Every guard fits, and each nested transaction has room: etcd allows it the
+        limit less the longest outer list."""
+        if not self.guards_fit():
+            return False
+        if not self.ensured:
+            return True
+        longest = max(len(self.compares) + len(self.optional), self._operations(), len(self.reads))
+        return longest < self.limit
+
+    def _operations(self) -> int:
+        return sum(1 if value is not None else 2 for _, value, _, _ in self.success) + len(self.ensured)
+
     def request(self) -> Any:
-        """As ``Plan.request``."""
+        """As ``Plan.request``; a plan with nested transactions must ``fit``."""
+        if self.ensured and not self.fits():
+            raise ValueError("no room for the nested transactions: plan with the parents read instead")
         compares = self.compares + self.optional if self.guards_fit() else self.compares
         _check_size("compares", len(compares), self.limit)
-        _check_size("operations", sum(1 if value is not None else 2 for _, value, _, _ in self.success), self.limit)
+        _check_size("operations", self._operations(), self.limit)
         _check_size("reads", len(self.reads), self.limit)
         request = etcdrpc.TxnRequest()
         add_compare = request.compare.add
@@ -224,6 +246,10 @@ class TxnPlan:
                 put.lease = lease
             if keep:
                 put.ignore_lease = True
+        for key in self.ensured:
+            nested = add_op().request_txn
+            nested.compare.add(key=key, target=_VERSION, result=_EQ, version=0)
+            nested.success.add().request_put.key = key
         add_read = request.failure.add
         for key in self.read_keys:
             add_read().request_range.key = key
@@ -231,9 +257,14 @@ class TxnPlan:
 
 
 def plan_transaction(
-    ops: Sequence[Op], lease: int, missing: set[str], limit: int = ETCD_MAX_TXN_OPS
+    ops: Sequence[Op],
+    lease: int,
+    missing: set[str],
+    limit: int = ETCD_MAX_TXN_OPS,
+    unseen: Callable[[str], bool] | None = None,
 ) -> TxnPlan:
-    """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents.
+    """The etcd transaction applying ``ops`` (stored paths); ``missing``: absent parents;
+    ``unseen``: true of a parent a watch covers and has not reported (ensured, not guarded).
 
     etcd bounds each list of a request to ``limit`` (its ``--max-txn-ops``), nested
     transactions included, and a registry transaction may hold as many ops. When the ops
@@ -268,39 +299,49 @@ def plan_transaction(
             success.append((key, None, 0, False))
     plan.reads = list(targets)
     plan.read_keys = list(targets.values())
-    create, guard = _pin_parents(created, targets, missing)
+    create, ensure, guard = _pin_parents(created, targets, missing, unseen)
     for parent_path in create:
         key = enc(parent_path)
         compares.append((key, _VERSION, _EQ, 0))
         success.append((key, b"", 0, False))
+    plan.ensured = [enc(parent_path) for parent_path in ensure]
     plan.optional.extend((enc(parent_path), _VERSION, _GT, 0) for parent_path in guard)
     return plan
 
 
 def _pin_parents(
-    created: Sequence[str], targets: Container[str], missing: Container[str]
-) -> tuple[list[str], list[str]]:
-    """The parents the nodes in ``created`` rely on: those to create, and the present ones
-    to guard by ``version > 0``, as ``_parent_guards`` splits them, found without listing
-    every ancestor of every node (each fire's mark passes here).
+    created: Sequence[str],
+    targets: Container[str],
+    missing: Container[str],
+    unseen: Callable[[str], bool] | None = None,
+) -> tuple[list[str], list[str], list[str]]:
+    """The parents the nodes in ``created`` rely on: those to create, those to ensure, and
+    the present ones to guard by ``version > 0``, as ``_parent_guards`` splits them, found
+    without listing every ancestor of every node (each fire's mark passes here).
 
-    A walk up from each node's parent creates each missing parent and goes on, and stops
-    at the first present one (guarded), at an op's own path (that op pins it: a check or a
-    write needs it present, a create makes it), or at a parent already walked. Deletes are
-    recursive, so while a present parent exists so do all its ancestors: those are marked
-    covered, and a guard that another's covers is dropped. At most one guard per node in
-    ``created``, as ``transaction_cost`` counts.
+    A walk up from each node's parent creates each missing parent and goes on, ensures each
+    ``unseen`` one and goes on, and stops at the first present one (guarded), at an op's
+    own path (that op pins it: a check or a write needs it present, a create makes it), or
+    at a parent already walked. Deletes are recursive, so while a present parent exists so
+    do all its ancestors: those are marked covered, and a guard or an ensure that a guard
+    covers is dropped. At most one guard per node in ``created``, as ``transaction_cost``
+    counts.
     """
     to_create: dict[str, None] = {}
+    to_ensure: dict[str, None] = {}
     guards: dict[str, None] = {}
     covered: set[str] = set()
     for path in created:
         node = parent(path)
         while node != "/" and node not in targets and node not in covered:
-            if node in to_create or node in guards:
+            if node in to_create or node in guards or node in to_ensure:
                 break  # walked already
             if node in missing:
                 to_create[node] = None
+                node = parent(node)
+                continue
+            if unseen is not None and unseen(node):
+                to_ensure[node] = None
                 node = parent(node)
                 continue
             guards[node] = None
@@ -309,7 +350,11 @@ def _pin_parents(
                 covered.add(above)
                 above = parent(above)
             break
-    return list(to_create), [node for node in guards if node not in covered]
+    return (
+        list(to_create),
+        [node for node in to_ensure if node not in covered],
+        [node for node in guards if node not in covered],
+    )
 
 
 def transaction_cost(ops: Sequence[Op]) -> int:

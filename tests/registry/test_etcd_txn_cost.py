@@ -1,7 +1,8 @@
 """etcd's ``transaction_cost``: requests whose costs sum to 128 fit one etcd transaction,
 every parent guard included, so a group commit never makes etcd read parents first or
-refuse a batch as too large. Checked against the transaction ``plan_transaction`` builds,
-no server needed."""
+refuse a batch as too large; parents a watch has not reported go into nested
+transactions, which need room below the limit. Checked against the transaction
+``plan_transaction`` builds, no server needed."""
 
 from __future__ import annotations
 
@@ -123,3 +124,41 @@ def test_a_raised_limit_fits_more_marks_with_every_guard() -> None:
     assert not default.guards_fit()  # 192 compares without the guards: still too many
     with pytest.raises(TransactionError, match="at most 128 per list"):
         default.request()
+
+
+def test_parents_a_watch_has_not_reported_are_put_by_nested_transactions_if_absent() -> None:
+    plan = plan_transaction([Create("/r/a/b/c", b"v")], lease=7, missing=set(), unseen=lambda p: p != "/r")
+    assert plan.ensured == [b"/r/a/b", b"/r/a"]
+    assert [key for key, _, _, _ in plan.optional] == [b"/r"]  # the first one reported: guarded
+    assert plan.fits()
+    request = plan.request()
+    assert [c.key for c in request.compare] == [b"/r/a/b/c", b"/r"]
+    nested = [op.request_txn for op in request.success if op.WhichOneof("request") == "request_txn"]
+    assert [txn.compare[0].key for txn in nested] == [b"/r/a/b", b"/r/a"]
+    for txn in nested:
+        (compare,) = txn.compare
+        assert (compare.target, compare.result, compare.version) == (
+            etcdrpc.Compare.VERSION, etcdrpc.Compare.EQUAL, 0,
+        )  # fmt: skip
+        (put,) = txn.success
+        assert (put.request_put.key, put.request_put.value) == (compare.key, b"")
+        assert not txn.failure  # present: left as it is, its value and version kept
+
+
+def test_a_mark_whose_parent_a_watch_reported_has_no_nested_transaction() -> None:
+    ops = _mark("a") + _mark("b")
+    plan = plan_transaction(ops, lease=7, missing=set(), unseen=lambda p: False)
+    assert plan.ensured == []
+    assert plan.request() == plan_transaction(ops, lease=7, missing=set()).request()
+
+
+def test_nested_transactions_need_an_outer_list_below_the_limit() -> None:
+    # 127 creates and one nested transaction make 128 outer operations (and, with the
+    # guard of /r, 128 compares): etcd would allow the nested one no room at all
+    ops: list[Op] = [*(Create(f"/r/{n}", b"v") for n in range(126)), Create("/new/x", b"v")]
+    plan = plan_transaction(ops, lease=7, missing=set(), unseen=lambda p: p == "/new")
+    assert plan.ensured == [b"/new"] and not plan.fits()
+    with pytest.raises(ValueError, match="no room for the nested transactions"):
+        plan.request()
+    fewer = plan_transaction(ops[1:], lease=7, missing=set(), unseen=lambda p: p == "/new")
+    assert fewer.fits() and len(fewer.request().success) == 127
