@@ -12,6 +12,16 @@ fails instead of writing. The term is what makes this airtight on every backend:
 re-created leader node may carry the same version as its predecessor (ZooKeeper restarts
 data versions at 0), the never-deleted term node cannot.
 
+A campaign that advanced a term it found in the cache learns the version it left from the
+cache too: the first state the cache shows with the new value is the campaign's own write.
+The cache applies changes in order and had reached the term it advanced, so no earlier
+state comes back; while the claim stands no other candidate advances the term, and a term
+only grows. A campaign that created the first term, or advanced one read from the
+registry, reads it back: a lagging cache could yet show an earlier incarnation's term of
+the same value (a job deleted and made again), whose version would fence every write out.
+So does one whose cache has not shown its write within ``_WON_TERM_WAIT``, and one run
+inline on an event or session thread (no ``defer``): the cache's events wait behind it.
+
 Hazard: a campaign is a transaction and a read. The election hears of a deleted leader
 node and of a new session on the registry's (or the cache's) event and session threads,
 which every watch and listener of the client shares; a campaign run there holds them all
@@ -34,6 +44,7 @@ from registry.protocol import (
     Delete,
     Event,
     EventKind,
+    Node,
     RegistryCenter,
     SessionState,
     Set,
@@ -45,6 +56,9 @@ from registry.recipes.cache import TreeCache
 __all__ = ["LeaderElection"]
 
 log = logging.getLogger("registry.election")
+
+#: how long a campaign waits for the cache to show its term before reading it (seconds)
+_WON_TERM_WAIT = 2.0
 
 
 class LeaderElection:
@@ -195,6 +209,11 @@ class LeaderElection:
 
     def campaign(self) -> bool:
         """Try to become leader; True if this client leads afterwards."""
+        return self._campaign(cache_wait=True)
+
+    def _campaign(self, *, cache_wait: bool) -> bool:
+        """``campaign``; ``cache_wait`` False on a thread that delivers the cache's events,
+        where waiting for the cache would wait for itself (``_won_term``)."""
         with self._lock:
             if not self._participating:
                 return False
@@ -225,7 +244,7 @@ class LeaderElection:
                         "campaign for %s failed; retrying on the next change", self._path, exc_info=True
                     )
                     return False
-                won = self._reg.get_node(self._term_path)
+                won = self._won_term(advance.value, cached=cache_wait and attempt == 0 and term is not None)
                 if won is None:
                     return False
                 self._version = won.version
@@ -234,6 +253,21 @@ class LeaderElection:
                 return False
         self._elected()
         return True
+
+    def _won_term(self, value: bytes, *, cached: bool) -> Node | None:
+        """The term node as this campaign's write left it: from the cache (module
+        docstring) when the term it advanced came from there, else read."""
+        cache = self._cache
+        if cached and cache is not None:
+            path = self._term_path
+
+            def written() -> bool:
+                node = cache.get_node(path)
+                return node is not None and node.value == value
+
+            if cache.wait_until(written, _WON_TERM_WAIT, under=path):
+                return cache.get_node(path)
+        return self._reg.get_node(self._term_path)
 
     def _adopt_existing(self) -> bool:
         """Our own node may survive a reconnect with the session intact: keep leading."""
@@ -269,7 +303,7 @@ class LeaderElection:
     def _campaign_later(self) -> None:
         """Campaign off the calling (shared) thread when a ``defer`` was given."""
         if self._defer is None:
-            self.campaign()
+            self._campaign(cache_wait=False)
             return
         try:
             self._defer(self.campaign)

@@ -1,22 +1,26 @@
 """``LeaderElection``: a candidate campaigns again when the leader node goes, unless it
 has withdrawn — then deleting the job's nodes (an operator's ``remove``) must not make it
-create them again; with ``defer``, off the registry's shared threads. Run on the three
-backends."""
+create them again; with ``defer``, off the registry's shared threads; with a cache, the
+version of the term it won (its fencing token) comes from the cache, not a read. Run on
+the three backends."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from registry.backends.base import BaseRegistry
-from registry.protocol import EventKind
+from registry.protocol import EventKind, Node
+from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from tests.contract import PROMPT, EventLog, peer, wait_for
 from tests.harness import Harness
 
 ROOT = "/job"
 LEADER = f"{ROOT}/leader/election/instance"
+TERM = f"{ROOT}/leader/election/term"
 
 
 @pytest.fixture
@@ -74,3 +78,43 @@ def test_with_defer_a_campaign_runs_where_it_is_put_not_on_the_event_thread(
         assert made.is_leader and other.get(LEADER) == b"a"
     finally:
         made.stop()
+
+
+@pytest.fixture
+def term_reads(reg: BaseRegistry, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``reg.get_node`` is asked for from now on."""
+    asked: list[str] = []
+    read = reg.get_node
+
+    def recording(path: str, *args: Any, **kwargs: Any) -> Node | None:
+        asked.append(path)
+        return read(path, *args, **kwargs)
+
+    monkeypatch.setattr(reg, "get_node", recording)
+    return asked
+
+
+def test_a_term_advanced_from_the_cache_takes_its_version_from_it_not_from_a_read(
+    harness: Harness, reg: BaseRegistry, term_reads: list[str]
+) -> None:
+    cache = TreeCache(reg, ROOT).start()
+    other = peer(harness, reg)
+    try:
+        for identifier, term in (("a", b"1"), ("b", b"2")):  # the first term, then one advanced
+            # the cache has caught up: no leader, and the term as the last campaign left it
+            wait_for(lambda: cache.get(LEADER) is None and cache.get(TERM) == other.get(TERM), PROMPT)
+            term_reads.clear()
+            made = LeaderElection(reg, LEADER, identifier, cache=cache)
+            made.start()
+            try:
+                assert made.is_leader
+                won = other.get_node(TERM)
+                assert won is not None and won.value == term
+                assert made.leader_version == won.version
+                reg.transaction(made.fence_ops())  # the token fences: its checks pass
+            finally:
+                made.stop()
+        # the first term was created, so read back; the second advanced the cached first
+        assert TERM not in term_reads
+    finally:
+        cache.close()
