@@ -367,19 +367,29 @@ class Resharding:
         )
         if not self._transact([*fence_ops, write], fence_ops):
             return None
+        return self._assignment_past(-1 if node is None else node.version)
+
+    def _assignment_past(self, before: int) -> Node | None:
+        """The assignment as a write of ours left it, or later: from the cache once it shows
+        a version past ``before`` (no round trip), else read. Only its version is used, and
+        any state past the write does as the read's would: a later one only fails the next
+        write, checked against it, and the next attempt reads the registry."""
+        if self._wait_cache_past(before, _CACHE_CATCH_UP):
+            return self._cache.get_node(self.paths.assignment)
         return self._reg.get_node(self.paths.assignment)
 
-    def _wait_cache_past(self, fenced: int) -> None:
+    def _wait_cache_past(self, fenced: int, timeout: float | None = None) -> bool:
         """Our own read path is the cache: let it catch up, or the next check sees the
         fence. "Caught up" is any version past the fence (our write or a later one):
         waiting for our exact value would miss it when the cache applies a later write first.
-        ``fenced`` is -1 after the assignment was created: any version will do."""
-        self._cache.wait_until(
+        ``fenced`` is -1 after the assignment was created: any version will do. False if
+        it did not catch up within ``timeout`` (default: the service's wait timeout)."""
+        return self._cache.wait_until(
             lambda: (
                 (cached := self._cache.get_node(self.paths.assignment)) is not None
                 and cached.version > fenced
             ),
-            self._service.wait_timeout,
+            self._service.wait_timeout if timeout is None else timeout,
             under=self.paths.root,
         )
 
