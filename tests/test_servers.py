@@ -239,16 +239,25 @@ def taken_port() -> Iterator[int]:
     listener.close()
 
 
-def test_a_zookeeper_whose_picked_port_is_taken_serves_on_a_fresh_one(
-    tmp_path: Path, taken_port: int
+@pytest.mark.parametrize("backend", ["zookeeper", "etcd"])
+def test_a_server_whose_picked_port_is_taken_serves_on_a_fresh_one(
+    tmp_path: Path, taken_port: int, backend: str
 ) -> None:
-    need_local(zookeeper_available())
-    server = ZooKeeperServer(tmp_path / "zk")
+    server: ZooKeeperServer | EtcdServer
+    if backend == "zookeeper":
+        need_local(zookeeper_available())
+        server = ZooKeeperServer(tmp_path / "zk")
+    else:
+        need_local(etcd_available())
+        server = EtcdServer(tmp_path / "etcd")
     server.port = taken_port
     try:
         server.start()
         assert server.port != taken_port
-        assert zookeeper_write_check(server.address, 5.0)
+        if isinstance(server, ZooKeeperServer):
+            assert zookeeper_write_check(server.address, 5.0)
+        else:
+            assert etcd_write_check(server.host, server.port, 5.0)
     finally:
         server.stop()
 
@@ -261,15 +270,3 @@ def test_a_zookeeper_given_a_taken_port_says_why_it_exited(tmp_path: Path, taken
     # ZooKeeper says so only in its own log4j file, not on its stdout
     assert "zookeeper-server.log" in str(raised.value)
     assert server.port == taken_port
-
-
-def test_an_etcd_whose_picked_port_is_taken_serves_on_a_fresh_one(tmp_path: Path, taken_port: int) -> None:
-    need_local(etcd_available())
-    server = EtcdServer(tmp_path / "etcd")
-    server.port = taken_port
-    try:
-        server.start()
-        assert server.port != taken_port
-        assert etcd_write_check(server.host, server.port, 5.0)
-    finally:
-        server.stop()

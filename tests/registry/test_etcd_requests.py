@@ -6,6 +6,7 @@ second try. The hint is only a hint: these tests pin that it never changes an ou
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,20 @@ def _kv_requests(reg: EtcdRegistry) -> int:
     return count.kv
 
 
+@contextlib.contextmanager
+def _watching(reg: EtcdRegistry, reported: str) -> Iterator[None]:
+    """A watch of the whole namespace, once it has reported ``reported``."""
+    seen: list[Event] = []
+    watch = reg.watch("/", seen.append, initial=True)
+    try:
+        wait_for(
+            lambda: any(e.path == reported for e in seen), timeout=10, message=f"the watch never reported {reported}"
+        )
+        yield
+    finally:
+        watch.cancel()
+
+
 def _new_subtree(n: int) -> list[Create]:
     return [Create(f"/jobs/j{n}/config", b"c"), Create(f"/jobs/j{n}/servers/h", b"s")]
 
@@ -51,16 +66,11 @@ def test_new_subtrees_under_a_watch_are_written_in_one_request_each(
 ) -> None:
     ours, other = pair
     ours.put("/jobs", b"")
-    seen: list[Event] = []
-    watch = ours.watch("/", seen.append, initial=True)
-    try:
-        wait_for(lambda: any(e.path == "/jobs" for e in seen), timeout=10, message="the watch never reported /jobs")
+    with _watching(ours, "/jobs"):
         before = _kv_requests(ours)
         for n in range(SUBTREES):
             ours.transaction(_new_subtree(n))
         requests = _kv_requests(ours) - before
-    finally:
-        watch.cancel()
     # one transaction each (a few more from other clients of the session's server); with
     # the parents guarded as present, each took a refused try, a read and a second try: 30
     assert requests <= SUBTREES + 3, requests
@@ -88,12 +98,7 @@ def test_a_parent_deleted_after_its_watch_reported_it_is_created_again(
 ) -> None:
     ours, other = pair
     ours.create("/jobs/a/config", b"1")
-    seen: list[Event] = []
-    watch = ours.watch("/", seen.append, initial=True)
-    try:
-        wait_for(lambda: any(e.path == "/jobs/a" for e in seen), timeout=10, message="never reported /jobs/a")
+    with _watching(ours, "/jobs/a"):
         other.delete("/jobs")  # the guard of /jobs/a fails: read, planned again, created
         ours.transaction([Create("/jobs/a/servers/h", b"2")])
-    finally:
-        watch.cancel()
     assert other.get("/jobs/a/servers/h") == b"2" and other.get("/jobs/a") == b""
