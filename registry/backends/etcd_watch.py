@@ -86,9 +86,10 @@ class _Compacted(Exception):
 
 @dataclass(eq=False)
 class _Group:
-    """One watch's key ranges (``subs``) and the excluded subtrees cut out of them."""
+    """One watch's key ranges (``subs``, an ordered set: a hole replaces one of thousands
+    in O(1)) and the excluded subtrees cut out of them."""
 
-    subs: list[_Sub]
+    subs: dict[_Sub, None]
     holes: set[str]
     cancelled: bool = False
 
@@ -128,7 +129,9 @@ class WatchSupervisor:
         self._resync = resync
         self._on_trouble = on_trouble
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._subs: list[_Sub] = []  # touched only on the supervisor thread
+        #: the subscribed subs (sentinel aside), an ordered set: touched only on the
+        #: supervisor thread, once per hole punched, so never scanned
+        self._subs: dict[_Sub, None] = {}
         #: the subs (sentinel included) with a ``retry_at``, in the order they got it: the
         #: loop looks at these after every response, never at every sub (one per hole)
         self._retrying: dict[_Sub, None] = {}
@@ -157,12 +160,15 @@ class WatchSupervisor:
         below = enc(subtree_prefix(registration.root))
         start = enc(registration.root) if _includes_root(registration) else below
         holes = _holes_in(registration, snapshot)
-        group = _Group([], holes)
-        for key, range_end in _cut((start, prefix_range_end(below)), holes):
-            group.subs.append(_Sub(registration, key, range_end, group, revision))
+        group = _Group({}, holes)
+        subs = [
+            _Sub(registration, key, range_end, group, revision)
+            for key, range_end in _cut((start, prefix_range_end(below)), holes)
+        ]
+        group.subs.update(dict.fromkeys(subs))  # before the first subscription: ours alone
         registration.backend_state = group
         pending: list[concurrent.futures.Future[None]] = []
-        for sub in group.subs:
+        for sub in subs:  # not group.subs: the supervisor punches holes in it meanwhile
             done: concurrent.futures.Future[None] = concurrent.futures.Future()
             self._queue.put(("subscribe", sub, done))
             pending.append(done)
@@ -183,7 +189,7 @@ class WatchSupervisor:
         group = registration.backend_state
         if isinstance(group, _Group):
             group.cancelled = True  # deliveries stop now; the watchers end on the thread
-            self._queue.put(("cancel_group", group.subs[0] if group.subs else None, group))
+            self._queue.put(("cancel_group", None, group))
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stopped = True
@@ -226,13 +232,14 @@ class WatchSupervisor:
                 log.exception("etcd watch supervisor: unexpected failure; continuing")
 
     def _handle(self, kind: str, sub: _Sub | None, payload: Any) -> None:
+        if kind == "cancel_group":
+            for member in list(payload.subs):
+                self._cancel(member)
+            return
         if kind == "tick" or sub is None:
             return
         if kind == "subscribe":
             self._first_subscribe(sub, payload)
-        elif kind == "cancel_group":
-            for member in list(payload.subs):
-                self._cancel(member)
         elif kind == "response":
             generation, response = payload
             if generation == sub.generation and not sub.cancelled and not _group_cancelled(sub):
@@ -257,7 +264,7 @@ class WatchSupervisor:
                 done.set_exception(_as_registry_error(exc, self._conn.servers))
             return
         if sub is not self._sentinel:
-            self._subs.append(sub)
+            self._subs[sub] = None
         if done is not None:
             done.set_result(None)
         if sub.cancelled or _group_cancelled(sub):  # the caller gave up while we subscribed
@@ -266,8 +273,7 @@ class WatchSupervisor:
     def _cancel(self, sub: _Sub) -> None:
         sub.cancelled = True
         sub.generation += 1
-        if sub in self._subs:
-            self._subs.remove(sub)
+        self._subs.pop(sub, None)
         if sub.stream is not None and sub.watch_id is not None:
             sub.stream.cancel(sub.watch_id)
         sub.watch_id = None
@@ -319,15 +325,15 @@ class WatchSupervisor:
         if pieces == [(sub.key, sub.range_end)]:
             return
         self._cancel(sub)
-        index = group.subs.index(sub)
         now = time.monotonic()
         replacements = [
             _Sub(sub.registration, key, range_end, group, sub.last_rev, retry_at=now, resumes=True)
             for key, range_end in pieces
         ]
         self._retrying.update(dict.fromkeys(replacements))
-        group.subs[index : index + 1] = replacements
-        self._subs.extend(replacements)  # subscribed by _retry_due, right after this response
+        del group.subs[sub]
+        group.subs.update(dict.fromkeys(replacements))
+        self._subs.update(dict.fromkeys(replacements))  # subscribed by _retry_due, right after this response
         log.debug(
             "etcd watch on %s: %d excluded subtree(s) left out at the server", sub.key.decode(), len(fresh)
         )
@@ -514,22 +520,30 @@ def _hole_of(registration: WatchRegistration, path: str) -> str | None:
 
 
 def _cut(span: tuple[bytes, bytes], holes: set[str]) -> list[tuple[bytes, bytes]]:
-    """``span`` (a key range) without the keys strictly below each hole. The hole's own
-    key stays in: it sorts before its subtree, and its rare writes are dropped on arrival."""
-    pieces = [span]
-    for hole in sorted(holes):
-        below = enc(subtree_prefix(hole))
-        cut_start, cut_end = below, prefix_range_end(below)
-        kept: list[tuple[bytes, bytes]] = []
-        for start, end in pieces:
-            if not end or cut_end <= start or cut_start >= end:  # b"" end: one key, never cut
-                kept.append((start, end))
-                continue
-            if start < cut_start:
-                kept.append((start, cut_start))
-            if cut_end < end:
-                kept.append((cut_end, end))
-        pieces = kept
+    """``span`` (a key range) without the keys strictly below each hole, in key order. The
+    hole's own key stays in: it sorts before its subtree, and its rare writes are dropped
+    on arrival.
+
+    Hazard: a watch over 10,000 jobs starts with a hole per job, and cutting each hole out
+    of the pieces left by the others is quadratic (seconds of the supervisor thread at that
+    size). The trick: one sweep over the cuts sorted by key, a cursor marking how far the
+    span is settled."""
+    start, end = span
+    if not end:  # b"" end: one key, never cut
+        return [span]
+    cuts = sorted((below, prefix_range_end(below)) for below in (enc(subtree_prefix(hole)) for hole in holes))
+    pieces: list[tuple[bytes, bytes]] = []
+    cursor = start  # everything before it is either kept in ``pieces`` or cut
+    for cut_start, cut_end in cuts:
+        if cut_start >= end:
+            break
+        if cut_end <= cursor:
+            continue  # before the span, or inside a cut already made
+        if cursor < cut_start:
+            pieces.append((cursor, cut_start))
+        cursor = cut_end
+    if cursor < end:
+        pieces.append((cursor, end))
     return pieces
 
 
