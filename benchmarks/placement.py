@@ -18,10 +18,12 @@ APScheduler is measured on the same CPUs as shardjob.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Collection
+from typing import Any
 
-__all__ = ["APART", "PLACEMENTS", "SHARED", "describe", "measured_cpus", "pin"]
+__all__ = ["APART", "PLACEMENTS", "SHARED", "add_placement", "describe", "measured_cpus", "pin", "placement_fields", "sentence"]
 
 #: the measured process on all CPUs but the last one, left to the registry servers
 APART = "apart"
@@ -38,6 +40,35 @@ def measured_cpus(placement: str) -> list[int]:
     if placement == SHARED or len(cpus) < 2:
         return []
     return cpus[:-1]
+
+
+def add_placement(parser: argparse.ArgumentParser) -> None:
+    """``--placement apart|shared`` for a benchmark that runs measured children."""
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default=APART,
+        help=f"{APART} (default): pin each child to all CPUs but one, left to the registry servers; "
+        f"{SHARED}: pin nothing (see benchmarks/placement.py)",
+    )
+
+
+def placement_fields(placement: str, cpus: Collection[int]) -> dict[str, Any]:
+    """What a benchmark's document records of its placement (``sentence`` reads it)."""
+    return {
+        "placement": placement,
+        "measured_cpus": sorted(cpus),
+        "machine_cpus": len(os.sched_getaffinity(0)),  # those this run may use
+    }
+
+
+def sentence(document: dict[str, Any]) -> str:
+    """``describe`` of a document with ``placement_fields``, after a space; empty for a run
+    from before the option (nothing was pinned, nothing is said)."""
+    placement = document.get("placement")
+    if placement is None:
+        return ""
+    return " " + describe(placement, document["measured_cpus"], document["machine_cpus"])
 
 
 def pin(cpus: Collection[int]) -> None:

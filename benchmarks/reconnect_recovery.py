@@ -15,20 +15,25 @@ the restore against as long a steady window before the cut.
 Scenarios: a 4 s cut watched for 20 s, a 15 s cut watched for 60 s (quick: one 2 s cut
 watched for 5 s); ``--cut S --after S`` runs that one alone.
 
+Each child is pinned as ``scheduler_lateness``'s are (``--placement``, default ``apart``:
+every CPU but one, left to the registry servers; ``benchmarks/placement.py``).
+
 Usage: ``.venv/bin/python -m benchmarks.reconnect_recovery [--quick] [--jobs N] [--cut S
---after S] [--zk H:P] [--etcd H:P]``
+--after S] [--placement apart|shared] [--zk H:P] [--etcd H:P]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +48,20 @@ from benchmarks.common import (
     stop_child,
     write_results,
 )
+from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, sentence
 from benchmarks.server_counters import ServerCount, read_count
 
-__all__ = ["NAME", "child_argv", "fire_counts", "main", "recovery_seconds", "render", "steady_window", "summary"]
+__all__ = [
+    "NAME",
+    "child_argv",
+    "child_cpus",
+    "fire_counts",
+    "main",
+    "recovery_seconds",
+    "render",
+    "steady_window",
+    "summary",
+]
 
 NAME = "reconnect_recovery"
 #: a second counts as on time when at least this share of its jobs' fires ran
@@ -56,11 +72,14 @@ SESSION_TIMEOUT = 10.0
 
 def _child(argv: list[str]) -> int:
     """The scheduler: start, say ``ready``, and answer each ``counts A B`` on stdin with
-    the fires run per whole fire-time second in [A, B) as a JSON list; leave at EOF."""
+    the fires run per whole fire-time second in [A, B) as a JSON list, and ``cpus`` with
+    the CPUs it runs on; leave at EOF."""
     parser = argparse.ArgumentParser(prog="reconnect_recovery _child")
     parser.add_argument("--registry", required=True)
     parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to pin this process to (none: not pinned)")
     args = parser.parse_args(argv)
+    pin([int(c) for c in args.cpus.split(",") if c])  # before any thread starts: they inherit it
     from scheduler import JobConfig, Scheduler, ShardingContext
     from scheduler.gc_tuning import WORKER_GC_THRESHOLD, tune_gc
 
@@ -78,6 +97,9 @@ def _child(argv: list[str]) -> int:
     sched.start()
     print("ready", flush=True)
     for line in sys.stdin:
+        if line.strip() == "cpus":
+            print(json.dumps(sorted(os.sched_getaffinity(0))), flush=True)
+            continue
         _, start, end = line.split()
         with lock:
             counts = [fires[second] for second in range(int(start), int(end))]
@@ -86,9 +108,19 @@ def _child(argv: list[str]) -> int:
     return 0
 
 
-def child_argv(url: str, jobs: int) -> list[str]:
-    """The command line of a child scheduler (``_child``) of ``jobs`` every-second jobs."""
-    return [sys.executable, "-m", "benchmarks.reconnect_recovery", "_child", "--registry", url, "--jobs", str(jobs)]
+def child_argv(url: str, jobs: int, cpus: Sequence[int] = ()) -> list[str]:
+    """The command line of a child scheduler (``_child``) of ``jobs`` every-second jobs,
+    pinned to ``cpus`` (none: not pinned)."""
+    return [
+        sys.executable, "-m", "benchmarks.reconnect_recovery", "_child",
+        "--registry", url, "--jobs", str(jobs), "--cpus", ",".join(str(c) for c in cpus),
+    ]  # fmt: skip
+
+
+def child_cpus(child: subprocess.Popen[bytes]) -> list[int]:
+    """The CPUs a child runs on, as it sees them."""
+    cpus: list[int] = json.loads(ask(child, "cpus"))
+    return cpus
 
 
 def fire_counts(child: subprocess.Popen[bytes], start: int, end: int) -> list[int]:
@@ -139,9 +171,10 @@ def _measure(backend: str, address: str, args: argparse.Namespace, cut: float, a
         # the default session timeout (10 s) outlives the cut
         url = f"{scheme}://{proxy.address}/bench-reconnect-{time.time_ns()}"
         started = time.monotonic()
-        child = spawn_ready(child_argv(url, jobs), Path(tmp) / "child.log", timeout=600)
+        child = spawn_ready(child_argv(url, jobs, args.cpus), Path(tmp) / "child.log", timeout=600)
         try:
             start_s = time.monotonic() - started
+            cpus = child_cpus(child)
             steady, steady_requests = steady_window(child, backend, address, jobs, args.warmup, counted)
             proxy.cut()
             time.sleep(cut)
@@ -170,6 +203,7 @@ def _measure(backend: str, address: str, args: argparse.Namespace, cut: float, a
         "fires_per_second_after": counts,
         "server_requests_per_s_steady": round(steady_requests.requests / counted, 1),
         "server_requests_per_s_after": round(after_requests.requests / counted, 1),
+        "cpus": cpus,
     }
 
 
@@ -178,7 +212,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=None, help="every-second jobs (default 10,000, quick 200)")
     parser.add_argument("--cut", type=float, default=None, help="seconds the connection is down (one scenario)")
     parser.add_argument("--after", type=float, default=None, help="seconds watched after the restore (with --cut)")
+    add_placement(parser)
     args = parser.parse_args(argv)
+    args.cpus = measured_cpus(args.placement)
     args.jobs = args.jobs or (200 if args.quick else 10_000)
     if (args.cut is None) != (args.after is None):
         parser.error("--cut and --after go together")
@@ -218,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in results
         ],
     )
-    payload = {"jobs": args.jobs, "results": results}
+    payload = {"jobs": args.jobs, "results": results, **placement_fields(args.placement, args.cpus)}
     write_results(NAME, args, payload)
     return payload
 
@@ -243,7 +279,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             f"the window watched after it ran at least {ON_TIME:.0%} of its fires; *steady* is the "
             "same process before the cut (the anchor). Server requests as the server counts them "
             f"(`benchmarks.server_counters`), {document['results'][0]['counted_s']:g} s before the cut and as long "
-            "after the restore.",
+            "after the restore." + sentence(document),
             "",
             "| backend | cut | watched | steady fires/s | recovery s | fires run after / due | server req/s steady | after restore |",
             "|---|---|---|---|---|---|---|---|",

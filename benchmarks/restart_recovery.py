@@ -13,8 +13,11 @@ later second of the window watched ran at least 99 % of its jobs, the share of t
 window's fires that ran, and the server's requests (``benchmarks.server_counters``) per
 second over the window against the steady window.
 
+Both children are pinned as ``scheduler_lateness``'s are (``--placement``, default
+``apart``: every CPU but one, left to the registry servers; ``benchmarks/placement.py``).
+
 Usage: ``.venv/bin/python -m benchmarks.restart_recovery [--quick] [--jobs N] [--ended
-left,killed] [--zk H:P] [--etcd H:P]``
+left,killed] [--placement apart|shared] [--zk H:P] [--etcd H:P]``
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +40,12 @@ from benchmarks.common import (
     stop_child,
     write_results,
 )
+from benchmarks.placement import add_placement, measured_cpus, placement_fields, sentence
 from benchmarks.reconnect_recovery import (
     ON_TIME,
     SESSION_TIMEOUT,
     child_argv,
+    child_cpus,
     fire_counts,
     recovery_seconds,
     steady_window,
@@ -53,8 +59,8 @@ NAME = "restart_recovery"
 SCENARIOS = {"left": 60.0, "killed": 60.0}
 
 
-def _spawn(url: str, jobs: int, log: Path) -> subprocess.Popen[bytes]:
-    return spawn_ready(child_argv(url, jobs), log, timeout=600)
+def _spawn(url: str, jobs: int, cpus: Sequence[int], log: Path) -> subprocess.Popen[bytes]:
+    return spawn_ready(child_argv(url, jobs, cpus), log, timeout=600)
 
 
 def _end(child: subprocess.Popen[bytes], how: str) -> None:
@@ -72,7 +78,7 @@ def _measure(backend: str, address: str, args: argparse.Namespace, how: str, aft
     scheme = "zk" if backend == "zookeeper" else "etcd"
     url = f"{scheme}://{address}/bench-restart-{time.time_ns()}"
     with tempfile.TemporaryDirectory(prefix="shardjob-bench-restart-") as tmp:
-        old = _spawn(url, jobs, Path(tmp) / "old.log")
+        old = _spawn(url, jobs, args.cpus, Path(tmp) / "old.log")
         try:
             steady, steady_requests = steady_window(old, backend, address, jobs, args.warmup, counted)
         finally:
@@ -80,9 +86,10 @@ def _measure(backend: str, address: str, args: argparse.Namespace, how: str, aft
         gone = time.time()
         before = read_count(backend, address)
         spawned = time.monotonic()
-        new = _spawn(url, jobs, Path(tmp) / "new.log")
+        new = _spawn(url, jobs, args.cpus, Path(tmp) / "new.log")
         try:
             start_s = time.monotonic() - spawned
+            cpus = child_cpus(new)
             first = int(gone)
             time.sleep(max(0.0, first + after + 2.0 - time.time()))  # the window's last fires finish
             window_requests = read_count(backend, address) - before
@@ -104,6 +111,7 @@ def _measure(backend: str, address: str, args: argparse.Namespace, how: str, aft
         "fires_per_second_after": counts,
         "server_requests_per_s_steady": round(steady_requests.requests / counted, 1),
         "server_requests_per_s_after": round(window_requests.requests / window_s, 1),
+        "cpus": cpus,
     }
 
 
@@ -113,7 +121,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--ended", default=None, help=f"how the old process ends, comma-separated subset of {', '.join(SCENARIOS)}"
     )
+    add_placement(parser)
     args = parser.parse_args(argv)
+    args.cpus = measured_cpus(args.placement)
     args.jobs = args.jobs or (200 if args.quick else 10_000)
     ended = list(SCENARIOS) if args.ended is None else [how.strip() for how in args.ended.split(",")]
     unknown = sorted(set(ended) - set(SCENARIOS))
@@ -150,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for r in results
         ],
     )
-    payload = {"jobs": args.jobs, "results": results}
+    payload = {"jobs": args.jobs, "results": results, **placement_fields(args.placement, args.cpus)}
     write_results(NAME, args, payload)
     return payload
 
@@ -190,7 +200,8 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             f"ran at least {ON_TIME:.0%} of its fires (*all firing*), *recovery* (the seconds until every later second "
             "did) and the fires run in that window; *steady* is the old process "
             "before it ended (the anchor). Server requests as the server counts them "
-            "(`benchmarks.server_counters`), per second of the steady window and of the window watched.",
+            "(`benchmarks.server_counters`), per second of the steady window and of the window watched."
+            + sentence(document),
             "",
             "| backend | old process | watched | steady fires/s | start s | all firing, second | recovery s "
             "| fires run after / due | server req/s steady | after |",

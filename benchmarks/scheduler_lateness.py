@@ -80,7 +80,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.common import summarize as _summarize
-from benchmarks.placement import APART, PLACEMENTS, SHARED, describe, measured_cpus, pin
+from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, sentence
 from benchmarks.raw_limit import raw_batched_writes
 from benchmarks.server_counters import read_count
 from benchmarks.start_cost import start_bound
@@ -633,13 +633,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--no-anchor", action="store_true", help="measure shardjob only")
     add_gc_threshold(parser, "every child, APScheduler's too")
-    parser.add_argument(
-        "--placement",
-        choices=PLACEMENTS,
-        default=APART,
-        help=f"{APART} (default): pin each child to all CPUs but one, left to the registry servers; "
-        f"{SHARED}: pin nothing (see benchmarks/placement.py)",
-    )
+    add_placement(parser)
     parser.add_argument(
         "--child-timeout",
         type=float,
@@ -778,9 +772,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "backends": args.backends,
         "etcd_max_txn_ops": args.etcd_max_txn_ops,
         "gc_threshold": args.gc_threshold,
-        "placement": args.placement,
-        "measured_cpus": cpus,
-        "machine_cpus": len(os.sched_getaffinity(0)),  # those this run may use
+        **placement_fields(args.placement, cpus),
         "raw_batched_writes_per_s": limits,
         "results": results,
         "ratios_shardjob_to_apscheduler": {jobs: _ratios(per) for jobs, per in results.items()},
@@ -801,13 +793,6 @@ def _collector(document: dict[str, Any]) -> str:
         f"Both schedulers run with the garbage collector's first threshold at {threshold:,} "
         f"(`--gc-threshold`; `shardjob worker` sets {WORKER_GC_THRESHOLD:,}), not Python's 700."
     )
-
-
-def _placement(document: dict[str, Any]) -> str:
-    placement = document.get("placement")
-    if placement is None:  # a run from before the option: nothing was pinned, nothing is said
-        return ""
-    return " " + describe(placement, document["measured_cpus"], document["machine_cpus"])
 
 
 def _roomy(document: dict[str, Any]) -> str:
@@ -876,7 +861,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
-        "windows, per fire run. " + _collector(document) + _placement(document) + _roomy(document),
+        "windows, per fire run. " + _collector(document) + sentence(document) + _roomy(document),
         "",
         "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | p99 per round ms | threads | RSS MiB "
         "| CPU µs / fire | start s | server req/s (per job-fire) |",

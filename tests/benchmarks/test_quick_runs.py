@@ -245,9 +245,21 @@ def test_fleet_requests_quick(quick_run: Path) -> None:
         assert figures["server_requests_per_s"] > 0 and figures["requests_per_job_fire"] > 0
 
 
+def _assert_pinned_apart(document: dict[str, Any]) -> None:
+    """A recovery benchmark's children ran where the default placement puts them."""
+    assert document["placement"] == placement.APART
+    assert document["measured_cpus"] == placement.measured_cpus(placement.APART)
+    for figures in document["results"]:
+        if document["measured_cpus"]:
+            assert figures["cpus"] == document["measured_cpus"]
+        else:  # one CPU: nothing pinned
+            assert len(figures["cpus"]) == document["machine_cpus"]
+
+
 def test_reconnect_recovery_quick(quick_run: Path) -> None:
     document = _load(quick_run, "reconnect_recovery")
     assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
+    _assert_pinned_apart(document)
     for figures in document["results"]:
         assert figures["steady_fires_per_s"] == document["jobs"]  # every job each second before the cut
         assert len(figures["fires_per_second_after"]) == 5
@@ -258,6 +270,7 @@ def test_reconnect_recovery_quick(quick_run: Path) -> None:
 def test_restart_recovery_quick(quick_run: Path) -> None:
     document = _load(quick_run, "restart_recovery")
     assert {r["backend"] for r in document["results"]} == {"zookeeper", "etcd"}
+    _assert_pinned_apart(document)  # the restarted child's CPUs
     for figures in document["results"]:
         assert figures["ended"] == "left"
         assert figures["steady_fires_per_s"] == document["jobs"]  # every job each second before the restart
