@@ -23,7 +23,7 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-__all__ = ["APART", "PLACEMENTS", "SHARED", "add_placement", "describe", "measured_cpus", "pin", "placement_fields", "sentence"]
+__all__ = ["APART", "PLACEMENTS", "SHARED", "add_placement", "describe", "measured_cpus", "pin", "placement_fields", "placement_sentence"]
 
 #: the measured process on all CPUs but the last one, left to the registry servers
 APART = "apart"
@@ -54,7 +54,7 @@ def add_placement(parser: argparse.ArgumentParser) -> None:
 
 
 def placement_fields(placement: str, cpus: Collection[int]) -> dict[str, Any]:
-    """What a benchmark's document records of its placement (``sentence`` reads it)."""
+    """What a benchmark's document records of its placement (``placement_sentence`` reads it)."""
     return {
         "placement": placement,
         "measured_cpus": sorted(cpus),
@@ -62,7 +62,7 @@ def placement_fields(placement: str, cpus: Collection[int]) -> dict[str, Any]:
     }
 
 
-def sentence(document: dict[str, Any]) -> str:
+def placement_sentence(document: dict[str, Any]) -> str:
     """``describe`` of a document with ``placement_fields``, after a space; empty for a run
     from before the option (nothing was pinned, nothing is said)."""
     placement = document.get("placement")

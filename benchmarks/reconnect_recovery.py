@@ -48,7 +48,7 @@ from benchmarks.common import (
     stop_child,
     write_results,
 )
-from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, sentence
+from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, placement_sentence
 from benchmarks.server_counters import ServerCount, read_count
 
 __all__ = [
@@ -279,7 +279,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             f"the window watched after it ran at least {ON_TIME:.0%} of its fires; *steady* is the "
             "same process before the cut (the anchor). Server requests as the server counts them "
             f"(`benchmarks.server_counters`), {document['results'][0]['counted_s']:g} s before the cut and as long "
-            "after the restore." + sentence(document),
+            "after the restore." + placement_sentence(document),
             "",
             "| backend | cut | watched | steady fires/s | recovery s | fires run after / due | server req/s steady | after restore |",
             "|---|---|---|---|---|---|---|---|",

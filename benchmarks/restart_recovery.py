@@ -40,7 +40,7 @@ from benchmarks.common import (
     stop_child,
     write_results,
 )
-from benchmarks.placement import add_placement, measured_cpus, placement_fields, sentence
+from benchmarks.placement import add_placement, measured_cpus, placement_fields, placement_sentence
 from benchmarks.reconnect_recovery import (
     ON_TIME,
     SESSION_TIMEOUT,
@@ -201,7 +201,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             "did) and the fires run in that window; *steady* is the old process "
             "before it ended (the anchor). Server requests as the server counts them "
             "(`benchmarks.server_counters`), per second of the steady window and of the window watched."
-            + sentence(document),
+            + placement_sentence(document),
             "",
             "| backend | old process | watched | steady fires/s | start s | all firing, second | recovery s "
             "| fires run after / due | server req/s steady | after |",

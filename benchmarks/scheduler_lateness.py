@@ -80,7 +80,7 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.common import summarize as _summarize
-from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, sentence
+from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, placement_sentence
 from benchmarks.raw_limit import raw_batched_writes
 from benchmarks.server_counters import read_count
 from benchmarks.start_cost import start_bound
@@ -861,7 +861,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
         "with the schedulers alternating (A B, B A, ...), each round a new child process; APScheduler 3.x's "
         "BackgroundScheduler runs the same jobs (defaults, but `misfire_grace_time=None`, so a late run is "
         "measured rather than dropped). Percentiles are over every round's fires together; CPU is over the "
-        "windows, per fire run. " + _collector(document) + sentence(document) + _roomy(document),
+        "windows, per fire run. " + _collector(document) + placement_sentence(document) + _roomy(document),
         "",
         "| jobs | scheduler | fires run / due | p50 ms | p99 ms | max ms | p99 per round ms | threads | RSS MiB "
         "| CPU µs / fire | start s | server req/s (per job-fire) |",

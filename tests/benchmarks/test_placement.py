@@ -76,3 +76,10 @@ def test_the_report_says_where_the_processes_ran() -> None:
     assert "pinned to CPU 0 of the machine's 2" in placement.describe(placement.APART, [0], 2)
     assert "pinned to CPUs 0, 1, 2 of the machine's 4" in placement.describe(placement.APART, [0, 1, 2], 4)
     assert "share all 2 CPUs" in placement.describe(placement.SHARED, [], 2)
+
+
+def test_a_document_says_its_placement_and_an_older_one_says_nothing() -> None:
+    document = placement.placement_fields(placement.APART, [1, 0])
+    assert document["measured_cpus"] == [0, 1] and document["machine_cpus"] == len(CPUS)
+    assert placement.placement_sentence(document).startswith(" Each measured process is pinned to CPUs 0, 1")
+    assert placement.placement_sentence({"results": []}) == ""  # a run from before the option
