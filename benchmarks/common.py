@@ -40,6 +40,7 @@ __all__ = [
     "percentile",
     "poll_until",
     "print_table",
+    "run_child",
     "run_script",
     "servers",
     "spawn_ready",
@@ -406,6 +407,28 @@ def child_result(returncode: int, result_file: Path, log_file: Path, what: str) 
         raise BenchmarkError(f"{what} failed ({returncode}):\n{tail}")
     result: dict[str, Any] = json.loads(result_file.read_text())
     return result
+
+
+def run_child(argv: Sequence[str], workdir: Path, stem: str, bound: float, what: str) -> dict[str, Any]:
+    """Run a child script (from the repository root) that writes its JSON result to
+    ``workdir/stem.json`` (its ``--result`` argument), its output to ``workdir/stem.log``;
+    the result, or ``BenchmarkError`` naming ``what`` with the log's tail when it failed
+    or ran over ``bound`` seconds."""
+    result_file, log_file = workdir / f"{stem}.json", workdir / f"{stem}.log"
+    with open(log_file, "wb") as log:
+        try:
+            proc = subprocess.run(
+                [*argv, "--result", str(result_file)],
+                cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=bound,
+            )
+        except subprocess.TimeoutExpired:
+            tail = log_file.read_text(errors="replace")[-3000:]
+            raise BenchmarkError(f"{what} took over {bound:g} s:\n{tail}") from None
+    return child_result(proc.returncode, result_file, log_file, what)
 
 
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

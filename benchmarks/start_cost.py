@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,12 +26,10 @@ from typing import Any
 
 from benchmarks.charts import Charts
 from benchmarks.common import (
-    REPO_ROOT,
-    BenchmarkError,
     add_gc_threshold,
     base_parser,
-    child_result,
     print_table,
+    run_child,
     run_script,
     servers,
     status_mib,
@@ -117,21 +114,12 @@ def _child(argv: list[str]) -> int:
 
 
 def _run_child(url: str, jobs: int, cron: str, counter: str, gc_threshold: int, workdir: Path, stem: str) -> dict[str, Any]:
-    result_file, log_file = workdir / f"{stem}.json", workdir / f"{stem}.log"
     argv = [
         sys.executable, "-m", "benchmarks.start_cost", "_child", "--registry", url, "--jobs", str(jobs),
-        "--cron", cron, "--counter", counter, "--gc-threshold", str(gc_threshold), "--result", str(result_file),
+        "--cron", cron, "--counter", counter, "--gc-threshold", str(gc_threshold),
     ]  # fmt: skip
     bound = 300 + jobs / 10  # 10,000 every-second jobs took 109 s on ZooKeeper
-    with open(log_file, "wb") as log:
-        try:
-            proc = subprocess.run(
-                argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=bound
-            )
-        except subprocess.TimeoutExpired:
-            tail = log_file.read_text(errors="replace")[-3000:]
-            raise BenchmarkError(f"start of {jobs} jobs on {url} took over {bound:g} s:\n{tail}") from None
-    return child_result(proc.returncode, result_file, log_file, f"start of {jobs} jobs on {url}")
+    return run_child(argv, workdir, stem, bound, f"start of {jobs} jobs on {url}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
