@@ -6,7 +6,8 @@ target: at most 1.5 x APScheduler's RSS at 10,000 jobs).
 Each figure is a difference between two starts of quiet jobs (a cron that does not fire
 during the run, ``start_cost.quiet_cron``), a small one and a large one, each in a child
 process of its own, so what one process holds whatever its job count (imports, threads,
-connections) cancels out and what is left is the state a job adds. RSS comes from children
+connections) cancels out and what is left is the state a job adds; each child's namespace
+is deleted once it ends (``delete_namespace``). RSS comes from children
 without ``tracemalloc`` (it costs memory of its own); the heap's parts from children with
 it, grouped by the file that allocated each block (``COMPONENTS``). A block is counted
 where it was allocated, not by what keeps it alive: a node's value read off the wire is
@@ -33,6 +34,7 @@ from benchmarks.common import (
     REPO_ROOT,
     BenchmarkError,
     base_parser,
+    delete_namespace,
     print_table,
     run_child,
     run_script,
@@ -199,13 +201,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _url(backend: str, addresses: dict[str, str | None]) -> str:
-    tag = f"mc{time.time_ns()}"
-    if backend == "apscheduler":
-        return backend
-    if backend == "memory":
-        return f"memory://{tag}"
-    return f"{backend}://{addresses[backend]}/{tag}"
+def _server(backend: str, addresses: dict[str, str | None]) -> str | None:
+    """The registry URL of ``backend``'s server, no namespace; None for a process's own."""
+    address = addresses.get(backend)
+    return None if address is None else f"{backend}://{address}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -224,8 +223,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for traced in (False, True):
                 for jobs in (small, large):
                     stem = f"{backend}-{jobs}-{'traced' if traced else 'plain'}"
-                    url = _url(backend, addresses)
+                    namespace = f"/bench-census-{stem}-{time.time_ns()}"
+                    server = _server(backend, addresses)
+                    url = {"apscheduler": backend, "memory": f"memory://{namespace[1:]}"}.get(
+                        backend, f"{server}{namespace}"
+                    )
                     starts[traced, jobs] = _run_child(url, jobs, cron, traced, settle, Path(tmp), stem)
+                    if server is not None:  # the next child finds the server holding its own jobs only
+                        delete_namespace(server, namespace)
             growth = per_job(starts[False, small], starts[False, large])
             growth.update({k: v for k, v in per_job(starts[True, small], starts[True, large]).items() if k != "rss"})
             results.append(

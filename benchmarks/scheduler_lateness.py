@@ -73,6 +73,7 @@ from benchmarks.common import (
     add_gc_threshold,
     base_parser,
     child_result,
+    delete_namespace,
     print_table,
     run_script,
     servers,
@@ -661,24 +662,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _forget(server: str, namespace: str) -> float:
-    """Delete an ended child's namespace; returns the seconds it took.
-
-    Each child registers its jobs under a namespace of its own, and its server keeps them
-    after the child ends: left in place, the third 10,000-job child's server held 23,000
-    earlier jobs beside its own, so later rounds measured a larger registry than earlier
-    ones. Deleted, every child finds its server holding only its own jobs. The deletion
-    falls between children, outside every window (on ZooKeeper it takes about 16 s at
-    10,000 jobs).
-    """
-    import registry
-
-    began = time.monotonic()
-    with registry.connect(server) as root:
-        root.delete(namespace)
-    return round(time.monotonic() - began, 2)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     if argv and argv[0] == "_child":
         raise SystemExit(_child(argv[1:]))
@@ -730,7 +713,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     )  # fmt: skip
                     figures["scheduler"] = label
                     if server:
-                        figures["forget_s"] = _forget(server, namespace)
+                        figures["forget_s"] = delete_namespace(server, namespace)
                     rounds[label].append(figures)
             results[str(jobs)] = {name: pool_rounds(rounds[name]) for name in labels}
         for backend in args.backends:

@@ -5,8 +5,8 @@ second``: each job fires from the moment it is registered, as in ``scheduler_lat
 
 Each start runs in a child process of its own: wall time and process CPU of ``start()``,
 the server's own request count over it (ZooKeeper's ``mntr``, etcd's ``/metrics``), the
-fires run during it and the RSS after it. The memory registry, in the same run, is the
-anchor: the ``x memory`` column compares a start with memory's start on the same cron.
+fires run during it and the RSS after it; its namespace is deleted once it ends. The
+memory registry, in the same run, is the anchor: the ``x memory`` column compares a start with memory's start on the same cron.
 
 Usage: ``.venv/bin/python -m benchmarks.start_cost [--quick] [--jobs 1000,10000]
 [--backends memory,zookeeper,etcd] [--crons quiet,every-second] [--gc-threshold N]``
@@ -28,6 +28,7 @@ from benchmarks.charts import Charts
 from benchmarks.common import (
     add_gc_threshold,
     base_parser,
+    delete_namespace,
     print_table,
     run_child,
     run_script,
@@ -158,6 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     url = f"memory://{tag}" if backend == "memory" else f"{backend}://{address}/{tag}"
                     counter = "" if address is None else f"{backend}={address}"
                     figures = _run_child(url, jobs, cron, counter, args.gc_threshold, Path(tmp), f"{backend}-{label}-{jobs}")
+                    if address is not None:  # the next child finds the server holding its own jobs only
+                        delete_namespace(f"{backend}://{address}", f"/{tag}")
                     results.append({"backend": backend, "crons": label, **figures})
     anchor = {(r["jobs"], r["crons"]): r["cpu_s"] for r in results if r["backend"] == "memory"}
     rows = []

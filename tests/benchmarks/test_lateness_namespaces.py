@@ -1,13 +1,14 @@
-"""The lateness benchmark deletes each child's namespace once the child has ended, so every
-child finds its registry server holding its own jobs only, whatever ran before it."""
+"""The benchmarks that start jobs on a server (``scheduler_lateness``, ``memory_census``)
+delete each child's namespace once the child has ended, so every child finds its registry
+server holding its own jobs only, whatever ran before it."""
 
 from __future__ import annotations
 
-from benchmarks.scheduler_lateness import _forget
+from benchmarks.common import delete_namespace
 from tests.harness import Harness
 
 
-def test_forget_deletes_the_ended_childs_namespace_and_nothing_else(server: Harness) -> None:
+def test_the_ended_childs_namespace_is_deleted_and_nothing_else(server: Harness) -> None:
     ended, other = server.fresh_namespace(), server.fresh_namespace()
     left = server.connect(ended)
     left.create("/job-00000/config", b"{}")
@@ -15,7 +16,7 @@ def test_forget_deletes_the_ended_childs_namespace_and_nothing_else(server: Harn
     kept = server.connect(other)
     kept.create("/job-00000/config", b"{}")
 
-    _forget(server.url(), ended)
+    delete_namespace(server.url(), ended)
 
     root = server.connect("")
     assert not root.exists(ended)

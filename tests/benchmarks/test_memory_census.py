@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import registry
 from benchmarks import memory_census
 from benchmarks.memory_census import COMPONENTS, OTHER, component, per_job
 from tests.servers.etcd import EtcdServer
@@ -100,3 +101,8 @@ def test_a_quick_census_counts_every_registry_and_the_anchor(
             assert growth["apscheduler"] == 0, (backend, growth)
     # etcd's client decodes each value the cache keeps
     assert found["etcd"]["bytes_per_job"]["client library"] > 0
+    # each child's jobs were deleted from its server once it ended
+    for server in (f"zk://{zk_server.address}", f"etcd://{etcd_server.address}"):
+        with registry.connect(server) as root:
+            left = [name for name in root.children("/") if name.startswith("bench-census-")]
+        assert left == [], (server, left)

@@ -18,6 +18,7 @@ instead of the sum. Hazard: a count read at the server (ZooKeeper ``mntr``, etcd
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+import registry
 from benchmarks import (
     observability_overhead,
     placement,
@@ -229,12 +231,21 @@ def test_registry_cost_counts_requests_at_the_server(quick_run: Path) -> None:
             assert counted >= 1  # at least the fire's own writes reached the server
 
 
-def test_start_cost_quick_runs_with_the_threshold_run_all_passes(quick_run: Path) -> None:
+def test_start_cost_quick_runs_with_the_threshold_run_all_passes(
+    quick_run: Path,
+    zk_server: ZooKeeperServer | ExternalServer,
+    etcd_server: EtcdServer | ExternalServer,
+) -> None:
     document = _load(quick_run, "start_cost")
     assert document["gc_threshold"] == WORKER_GC_THRESHOLD  # run_all's default, passed through
     assert {(r["backend"], r["crons"]) for r in document["results"]} == {
         (b, c) for b in ("memory", "zookeeper", "etcd") for c in ("quiet", "every-second")
     }
+    # it ran on the session's servers (the first lane), and deleted each child's jobs there
+    for server in (f"zk://{zk_server.address}", f"etcd://{etcd_server.address}"):
+        with registry.connect(server) as root:
+            left = [name for name in root.children("/") if re.fullmatch(r"sc\d+", name)]
+        assert left == [], (server, left)
 
 
 def test_fleet_requests_quick(quick_run: Path) -> None:
