@@ -437,8 +437,8 @@ def delete_namespace(server: str, namespace: str) -> float:
     returns the seconds it took.
 
     Hazard: a server keeps an ended child's jobs. Left in place, the third 10,000-job
-    child's server held 23,000 earlier jobs beside its own, so later children measured a
-    larger registry than earlier ones, and a session's etcd grown to 1.2 million keys ran
+    child of ``scheduler_lateness`` found 23,000 earlier jobs beside its own, so later
+    children measured a larger registry than earlier ones, and a session's etcd grown to 1.2 million keys ran
     89-94 % of fires where a fresh one ran 98 %. Deleted, every child finds its server
     holding only its own jobs. Call it between children, outside every window (on
     ZooKeeper it takes about 16 s at 10,000 jobs).

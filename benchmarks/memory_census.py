@@ -7,11 +7,11 @@ Each figure is a difference between two starts of quiet jobs (a cron that does n
 during the run, ``start_cost.quiet_cron``), a small one and a large one, each in a child
 process of its own, so what one process holds whatever its job count (imports, threads,
 connections) cancels out and what is left is the state a job adds; each child's namespace
-is deleted once it ends (``delete_namespace``). RSS comes from children
-without ``tracemalloc`` (it costs memory of its own); the heap's parts from children with
-it, grouped by the file that allocated each block (``COMPONENTS``). A block is counted
-where it was allocated, not by what keeps it alive: a node's value read off the wire is
-held by the cache but counted under the client that decoded it.
+is deleted once it ends (``delete_namespace``). RSS comes from children without
+``tracemalloc`` (it costs memory of its own); the heap's parts from children with it,
+grouped by the file that allocated each block (``COMPONENTS``). A block is counted where
+it was allocated, not by what keeps it alive: a node's value read off the wire is held by
+the cache but counted under the client that decoded it.
 
 A diagnostic, run by hand (not by ``run_all``): ``.venv/bin/python -m
 benchmarks.memory_census [--quick] [--jobs 2000,10000] [--backends memory,zookeeper,etcd]``

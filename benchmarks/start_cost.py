@@ -6,7 +6,8 @@ second``: each job fires from the moment it is registered, as in ``scheduler_lat
 Each start runs in a child process of its own: wall time and process CPU of ``start()``,
 the server's own request count over it (ZooKeeper's ``mntr``, etcd's ``/metrics``), the
 fires run during it and the RSS after it; its namespace is deleted once it ends. The
-memory registry, in the same run, is the anchor: the ``x memory`` column compares a start with memory's start on the same cron.
+memory registry, in the same run, is the anchor: the ``x memory`` column compares a start
+with memory's start on the same cron.
 
 Usage: ``.venv/bin/python -m benchmarks.start_cost [--quick] [--jobs 1000,10000]
 [--backends memory,zookeeper,etcd] [--crons quiet,every-second] [--gc-threshold N]``
