@@ -62,6 +62,11 @@ class BenchmarkError(RuntimeError):
     """A benchmark could not measure (a server or child did not come up, a wait ran out)."""
 
 
+class ChildOverran(BenchmarkError):
+    """A child of ``run_child`` ran over its bound (killed): a benchmark for which that is a
+    figure (how far it got) catches this one."""
+
+
 # -- command line ----------------------------------------------------------------------------
 def add_gc_threshold(parser: argparse.ArgumentParser, who: str) -> None:
     """``--gc-threshold N``: the garbage collector's first threshold in ``who`` (0, the
@@ -414,7 +419,7 @@ def run_child(argv: Sequence[str], workdir: Path, stem: str, bound: float, what:
     """Run a child script (from the repository root) that writes its JSON result to
     ``workdir/stem.json`` (its ``--result`` argument), its output to ``workdir/stem.log``;
     the result, or ``BenchmarkError`` naming ``what`` with the log's tail when it failed
-    or ran over ``bound`` seconds."""
+    (``ChildOverran`` when it ran over ``bound`` seconds and was killed)."""
     result_file, log_file = workdir / f"{stem}.json", workdir / f"{stem}.log"
     with open(log_file, "wb") as log:
         try:
@@ -428,7 +433,7 @@ def run_child(argv: Sequence[str], workdir: Path, stem: str, bound: float, what:
             )
         except subprocess.TimeoutExpired:
             tail = log_file.read_text(errors="replace")[-3000:]
-            raise BenchmarkError(f"{what} took over {bound:g} s:\n{tail}") from None
+            raise ChildOverran(f"{what} took over {bound:g} s:\n{tail}") from None
     return child_result(proc.returncode, result_file, log_file, what)
 
 

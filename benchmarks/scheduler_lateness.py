@@ -57,7 +57,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -69,12 +68,12 @@ from typing import Any
 
 from benchmarks.charts import Charts
 from benchmarks.common import (
-    REPO_ROOT,
+    ChildOverran,
     add_gc_threshold,
     base_parser,
-    child_result,
     delete_namespace,
     print_table,
+    run_child,
     run_script,
     servers,
     status_mib,
@@ -571,40 +570,29 @@ def _run_child(
     """The child's figures; if it runs out of ``bound``, what it had got to by then
     (``completed`` False) rather than an error: that is the figure for this job count."""
     stem = f"{scheduler}{tag}-{jobs}-{index}"
-    result_file = workdir / f"{stem}.json"
     progress_file = workdir / f"{stem}.progress.json"
-    log_file = workdir / f"{stem}.log"
     argv = [
         sys.executable, "-m", "benchmarks.scheduler_lateness", "_child", scheduler,
         "--jobs", str(jobs), "--duration", f"{duration:g}", "--warmup", f"{warmup:g}",
-        "--result", str(result_file), "--progress", str(progress_file),
+        "--progress", str(progress_file),
         "--registry", registry, "--counter", counter, "--history", history,
         *(["--metrics", "--scrape-interval", f"{scrape:g}"] if metrics else []),
         "--gc-threshold", str(gc_threshold), "--cpus", ",".join(str(c) for c in cpus),
     ]  # fmt: skip
-    with open(log_file, "wb") as log:
-        try:
-            proc = subprocess.run(
-                argv,
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=bound,
-            )
-        except subprocess.TimeoutExpired:
-            status: dict[str, Any] = {}
-            if progress_file.exists():
-                status = json.loads(progress_file.read_text())
-            return {
-                "scheduler": scheduler,
-                "jobs": jobs,
-                "completed": False,
-                "bound_s": bound,
-                "progress": status,
-                "expected_fires": int(jobs * duration),
-            }
-    return child_result(proc.returncode, result_file, log_file, f"{scheduler} with {jobs} jobs")
+    try:
+        return run_child(argv, workdir, stem, bound, f"{scheduler} with {jobs} jobs")
+    except ChildOverran:
+        status: dict[str, Any] = {}
+        if progress_file.exists():
+            status = json.loads(progress_file.read_text())
+        return {
+            "scheduler": scheduler,
+            "jobs": jobs,
+            "completed": False,
+            "bound_s": bound,
+            "progress": status,
+            "expected_fires": int(jobs * duration),
+        }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
