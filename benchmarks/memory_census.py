@@ -1,7 +1,9 @@
 """Where a job's memory goes: the growth per job of a process's RSS and of the Python heap
 (``tracemalloc``), by the part of the code that allocated it, on each registry, beside
 APScheduler's growth per job measured in the same run (the anchor of issue #14's RSS
-target: at most 1.5 x APScheduler's RSS at 10,000 jobs).
+target: at most 1.5 x APScheduler's RSS at 10,000 jobs), and the *floor*: what a job
+cannot do without, held with nothing around it, the least any design of the mirror and
+the job's objects could reach (``floor_jobs``).
 
 Each figure is a difference between two starts of quiet jobs (a cron that does not fire
 during the run, ``start_cost.quiet_cron``), a small one and a large one, each in a child
@@ -44,11 +46,12 @@ from benchmarks.common import (
 )
 from benchmarks.start_cost import quiet_cron
 
-__all__ = ["BACKENDS", "COMPONENTS", "NAME", "component", "main", "per_job"]
+__all__ = ["BACKENDS", "COMPONENTS", "NAME", "component", "floor_jobs", "floor_template", "main", "per_job"]
 
 NAME = "memory_census"
-#: the registries, then the anchor (APScheduler's in-memory job store, the same crons)
-BACKENDS = ("memory", "zookeeper", "etcd", "apscheduler")
+#: the registries, the floor (no registry: ``floor_jobs``), then the anchor
+#: (APScheduler's in-memory job store, the same crons)
+BACKENDS = ("memory", "zookeeper", "etcd", "floor", "apscheduler")
 #: (label, where its files are), first match wins: a path relative to the repository, or
 #: a package under ``site-packages``
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -129,9 +132,76 @@ def _start_apscheduler(jobs: int, cron: str) -> Any:
     return lambda: sched.shutdown(wait=False)
 
 
+#: a floor job's timer entry: (due, sequence, (config, parsed cron, node entries))
+FloorEntry = tuple[float, int, tuple[Any, Any, tuple[object, ...]]]
+#: the job whose nodes ``floor_template`` reads; each floor job's values name their own job
+_TEMPLATE = "job-template"
+
+
+def floor_template(cron: str) -> list[Any]:
+    """The nodes (``registry.Node``) of one job started on ``memory://``, by path: what
+    each floor job holds a value and a version of."""
+    import registry
+    from scheduler import JobConfig, Scheduler
+
+    store = f"memory://bench-census-floor-{time.time_ns()}"
+    sched = Scheduler(store)
+    sched.add_job(JobConfig(name=_TEMPLATE, cron=cron), lambda ctx: None)
+    sched.start()
+    try:
+        with registry.connect(store) as reg:
+            return [node for _, node in sorted(reg.read_tree(f"/{_TEMPLATE}").items())]
+    finally:
+        sched.shutdown(wait=True)
+
+
+def floor_jobs(
+    jobs: int, cron: str, nodes: Sequence[Any]
+) -> tuple[list[tuple[float, int, tuple[str, str]]], dict[tuple[str, str], FloorEntry]]:
+    """What ``jobs`` started jobs cannot do without, held with nothing around them: each
+    one's config, its parsed cron, a timer entry (a heap of keys and a map of entries, as
+    ``scheduler.timer`` keeps), and the value and version of each of ``nodes``
+    (``floor_template``), one tuple per job with no path per node (an empty value as its
+    bare version, as the cache keeps it).
+
+    Each job's values are bytes of its own, as off the wire, and each version an int above
+    the small ints CPython shares, as a registry's are. No registry client is open: its
+    baseline cancels out of the growth per job anyway."""
+    import heapq
+
+    from scheduler import JobConfig
+
+    revision = 1 << 20
+    heap: list[tuple[float, int, tuple[str, str]]] = []
+    timer: dict[tuple[str, str], FloorEntry] = {}
+    due = time.time() + 3600.0
+    for i in range(jobs):
+        name = f"job-{i:05d}"
+        config = JobConfig(name=name, cron=cron)
+        mirror: list[object] = []
+        for node in nodes:
+            revision += 1
+            value = node.value.replace(_TEMPLATE.encode(), name.encode())
+            mirror.append((bytes(bytearray(value)), revision) if value else revision)
+        key = (name, "fire")
+        heapq.heappush(heap, (due, i, key))
+        timer[key] = (due, i, (config, config.schedule(), tuple(mirror)))
+    return heap, timer
+
+
+def _start_floor(jobs: int, cron: str, nodes: Sequence[Any]) -> Any:
+    heap, timer = floor_jobs(jobs, cron, nodes)
+
+    def stop() -> None:
+        heap.clear()
+        timer.clear()
+
+    return stop
+
+
 def _child(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="memory_census _child")
-    parser.add_argument("--registry", required=True, help="a registry URL, or 'apscheduler'")
+    parser.add_argument("--registry", required=True, help="a registry URL, 'floor' or 'apscheduler'")
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--cron", required=True)
     parser.add_argument("--tracemalloc", action="store_true")
@@ -140,11 +210,15 @@ def _child(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import tracemalloc
 
+    # the floor's template job is started and gone before the count begins
+    template = floor_template(args.cron) if args.registry == "floor" else []
     if args.tracemalloc:
         tracemalloc.start(1)
     began = time.monotonic()
     if args.registry == "apscheduler":
         stop = _start_apscheduler(args.jobs, args.cron)
+    elif args.registry == "floor":
+        stop = _start_floor(args.jobs, args.cron, template)
     else:
         stop = _start_shardjob(args.registry, args.jobs, args.cron)
     start_s = time.monotonic() - began
@@ -207,6 +281,16 @@ def _server(backend: str, addresses: dict[str, str | None]) -> str | None:
     return None if address is None else f"{backend}://{address}"
 
 
+def _url(backend: str, server: str | None, namespace: str) -> str:
+    """What the child is given: a registry URL under ``namespace``, or the pseudo-registry's
+    name (``floor``, ``apscheduler``)."""
+    if backend == "memory":
+        return f"memory://{namespace[1:]}"  # a store named like the other children's namespaces
+    if server is None:
+        return backend
+    return f"{server}{namespace}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     small, large = args.jobs
@@ -225,9 +309,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     stem = f"{backend}-{jobs}-{'traced' if traced else 'plain'}"
                     namespace = f"/bench-census-{stem}-{time.time_ns()}"
                     server = _server(backend, addresses)
-                    url = {"apscheduler": backend, "memory": f"memory://{namespace[1:]}"}.get(
-                        backend, f"{server}{namespace}"
-                    )
+                    url = _url(backend, server, namespace)
                     starts[traced, jobs] = _run_child(url, jobs, cron, traced, settle, Path(tmp), stem)
                     if server is not None:  # the next child finds the server holding its own jobs only
                         delete_namespace(server, namespace)

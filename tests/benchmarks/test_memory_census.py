@@ -5,13 +5,16 @@ benchmark figures); these prove the census counts what it names."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 import registry
 from benchmarks import memory_census
-from benchmarks.memory_census import COMPONENTS, OTHER, component, per_job
+from benchmarks.memory_census import COMPONENTS, OTHER, component, floor_jobs, floor_template, per_job
+from scheduler import JobConfig, Scheduler
 from tests.servers.etcd import EtcdServer
 from tests.servers.external import ExternalServer
 from tests.servers.zookeeper import ZooKeeperServer
@@ -73,6 +76,41 @@ def test_apscheduler_is_always_measured_as_the_anchor() -> None:
     assert memory_census.parse_args(["--backends", "memory"]).backends == ["memory", "apscheduler"]
 
 
+def test_the_floor_holds_each_node_of_a_started_job_as_its_own_value_and_version() -> None:
+    cron = "0 0 1 * * ?"
+    heap, timer = floor_jobs(3, cron, floor_template(cron))
+    assert sorted(heap) == heap and len(heap) == len(timer) == 3
+    # the nodes a job started here has, read independently of the floor's template
+    store = "memory://census-floor-nodes-test"
+    sched = Scheduler(store)
+    sched.add_job(JobConfig(name="job-x", cron=cron), lambda ctx: None)
+    sched.start()
+    try:
+        with registry.connect(store) as reg:
+            started = reg.read_tree("/job-x")
+    finally:
+        sched.shutdown()
+    mirrors = {}
+    for (name, what), (due, _, (config, schedule, mirror)) in timer.items():
+        assert what == "fire" and config.name == name and schedule is not None
+        assert due > time.time()
+        assert len(mirror) == len(started)
+        assert sum(not isinstance(entry, int) for entry in mirror) == sum(bool(n.value) for n in started.values())
+        mirrors[name] = mirror
+    values = {name: [entry[0] for entry in m if isinstance(entry, tuple)] for name, m in mirrors.items()}
+    versions = [
+        entry if isinstance(entry, int) else cast("tuple[bytes, int]", entry)[1]
+        for m in mirrors.values()
+        for entry in m
+    ]
+    # each job's values are its own: its config names it, as a started job's does
+    assert all(any(b'"name":"%s"' % name.encode() in v for v in vals) for name, vals in values.items())
+    # no value object or version object is shared between jobs: each is the job's own
+    first, second = list(values.values())[:2]
+    assert all(a is not b for a, b in zip(first, second, strict=True))
+    assert len(set(versions)) == len(versions) and min(versions) > 256
+
+
 @pytest.mark.slow
 def test_a_quick_census_counts_every_registry_and_the_anchor(
     tmp_path: Path,
@@ -84,7 +122,7 @@ def test_a_quick_census_counts_every_registry_and_the_anchor(
     written = json.loads((tmp_path / "memory_census.json").read_text())
     assert written["results"] == payload["results"]
     found = {r["backend"]: r for r in payload["results"]}
-    assert list(found) == ["memory", "zookeeper", "etcd", "apscheduler"]
+    assert list(found) == ["memory", "zookeeper", "etcd", "floor", "apscheduler"]
     for backend, result in found.items():
         growth = result["bytes_per_job"]
         assert result["jobs"] == [10, 60]
@@ -96,6 +134,10 @@ def test_a_quick_census_counts_every_registry_and_the_anchor(
         # each scheduler's own per-job state shows under its own part, never the other's
         if backend == "apscheduler":
             assert growth["apscheduler"] > 0 and growth["scheduler"] == growth["sharding"] == 0, growth
+        elif backend == "floor":  # a job's bare state: no mirror, watch or sharding objects
+            machinery = ("paths", "cache", "watch and backend", "client library", "sharding", "apscheduler")
+            assert all(growth[part] == 0 for part in machinery), growth
+            assert growth["scheduler"] > 0, growth  # the parsed cron
         else:
             assert growth["scheduler"] > 0 and growth["sharding"] > 0, (backend, growth)
             assert growth["apscheduler"] == 0, (backend, growth)
