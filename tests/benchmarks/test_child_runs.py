@@ -14,11 +14,11 @@ from benchmarks.common import BenchmarkError, ChildOverran, run_child
 
 #: a child script: writes its ``--result`` (the last argument) unless told to fail or hang
 _CHILD = """
-import json, sys, time
+import json, signal, sys
 mode, result = sys.argv[1], sys.argv[-1]
-print("child says", mode)
+print("child says", mode, flush=True)
 if mode == "hang":
-    time.sleep(60)
+    signal.pause()  # until run_child's bound kills it
 if mode == "fail":
     sys.exit(3)
 open(result, "w").write(json.dumps({"mode": mode}))
