@@ -23,7 +23,7 @@ __all__ = ["TreeCache"]
 
 ChangeListener = Callable[[Event], None]
 
-#: paths ``_check`` remembers as valid (bounded: arbitrary reads cannot pile up)
+#: absent paths ``_check`` remembers as valid (bounded: arbitrary reads cannot pile up)
 _CHECKED_MEMO = 65_536
 
 
@@ -44,6 +44,12 @@ class TreeCache:
         self._root = validate_path(path)
         self._exclude = exclude
         self._leaves = leaves
+        #: absent paths already checked: the flags a fire reads and usually finds absent.
+        #: A node leaves it when it is cached (a cached node passed the checks when its
+        #: event was applied, and reads find it without them), and a present node named
+        #: by the rare calls that check it anyway (``children``) is not kept: most of a
+        #: job's nodes are read once before they exist, and a memo of all those held 500
+        #: bytes a job
         self._checked: set[str] = set()
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer.
@@ -211,9 +217,10 @@ class TreeCache:
         leaves = self._leaves
         if leaves is not None and excluded_below(path, self._root, lambda p: leaves(parent(p))):
             raise ValueError(f"{path!r} lies below a node the cache of {self._root!r} treats as a leaf")
-        if len(self._checked) >= _CHECKED_MEMO:
-            self._checked.clear()
-        self._checked.add(shared(path))  # absent nodes read on every fire (flags) are checked once
+        if path not in self._nodes:
+            if len(self._checked) >= _CHECKED_MEMO:
+                self._checked.clear()
+            self._checked.add(shared(path))
 
     def _apply(self, event: Event) -> None:
         with self._changed:
@@ -227,6 +234,7 @@ class TreeCache:
                 path = shared(event.path)
                 version = event.version if event.version is not None else -1
                 self._nodes[path] = (event.value, version) if event.value else version
+                self._checked.discard(path)
                 if path != self._root:
                     self._kids.add(parent(path), path)
             self._changed.notify_all()

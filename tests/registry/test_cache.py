@@ -234,3 +234,31 @@ def test_a_resync_reports_what_went_away_children_first_up_to_a_namespace_root(r
     assert reg.flush_events(PROMPT)
     assert [e.path for e in events if e.kind is EventKind.DELETED] == sorted(known, reverse=True)
     assert registration.versions == {}
+
+
+def test_the_cache_remembers_a_checked_path_only_while_it_is_absent(reg: BaseRegistry) -> None:
+    """A read of an absent path checks it (inside the cached subtree, not excluded) and
+    remembers it, since a fire reads the same absent flags every time; once the node is
+    cached the memo lets it go (a cached node needs no check, and a memo of every node a
+    job read before it existed held 500 bytes a job). Paths that fail the checks are
+    refused every time, never remembered."""
+    reg.put("/s/kept", b"v")
+    cache = TreeCache(reg, "/s", exclude=lambda p: p == "/s/skip").start()
+    try:
+        assert cache.get("/s/flag") is None
+        assert cache.children("/s") == ["kept"]
+        assert cache._checked == {"/s/flag"}
+        reg.put("/s/flag", b"up")
+        wait_for(lambda: cache.exists("/s/flag"), PROMPT)
+        assert cache._checked == set()
+        assert cache.get("/s/flag") == b"up"
+        reg.delete("/s/flag")
+        wait_for(lambda: not cache.exists("/s/flag"), PROMPT)
+        assert cache._checked == {"/s/flag"}
+        for refused in ("/elsewhere", "/s/skip/a", "/s//x"):
+            for _ in range(2):
+                with pytest.raises(ValueError):
+                    cache.get(refused)
+        assert cache._checked == {"/s/flag"}
+    finally:
+        cache.close()
