@@ -105,7 +105,6 @@ class ZooKeeperRegistry(BaseRegistry):
     only, readable by all."""
 
     backend_name = "zookeeper"
-    keeps_stored_paths = True  # kazoo's watcher tables and the tree watch key by them
 
     def __init__(self, parsed: RegistryURL) -> None:
         super().__init__(parsed)
