@@ -137,7 +137,10 @@ class ZkIO:
         self.connected = _Flag()
         #: stored paths known to exist, that a transaction's re-plan need not read again:
         #: a hint kept by ``zookeeper_txn`` (starting N jobs would otherwise read their
-        #: shared parents once per batch)
+        #: shared parents once per batch). A path leaves it when a tree watch reports it,
+        #: since ``watched_existence`` answers for it from then on: what stays is what no
+        #: watch follows (a job's ``running`` node), where every parent of every job held
+        #: 500 bytes a job
         self.known_parents: set[str] = set()
         #: what this client's tree watches say of a stored path: True (reported), False
         #: (covered, never reported), None (no synced watch covers it); a hint as well,

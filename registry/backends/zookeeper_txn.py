@@ -103,7 +103,7 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
                 subtrees = True
             continue
         if attempt:  # the hot path's transactions commit at once: nothing to learn there
-            _learn(io.known_parents, ops, steps)
+            _learn(io, ops, steps)
         return
     assert last is not None
     step = last.step
@@ -196,15 +196,18 @@ def _version(version: int | None) -> int:
     return -1 if version is None else version
 
 
-def _learn(known: set[str], ops: list[Op], steps: list[_Step]) -> None:
-    """Note the parents a committed transaction created or relied on, and forget what it
-    deleted. A hint only: nodes others delete stay in it, and a re-plan that trusted a
-    vanished one fails and reads them all (``run_transaction``)."""
+def _learn(io: ZkIO, ops: list[Op], steps: list[_Step]) -> None:
+    """Note the parents a committed transaction created or relied on, but those a tree
+    watch has reported (it answers for them, and drops the others it reports later:
+    ``ZkIO.known_parents``), and forget what it deleted. A hint only: nodes others delete
+    stay in it, and a re-plan that trusted a vanished one fails and reads them all
+    (``run_transaction``)."""
+    known, watched = io.known_parents, io.watched_existence
     if len(known) > _KNOWN_PARENTS:
         known.clear()
     for op in ops:
         if isinstance(op, Create):
-            known.update(map(shared, ancestors(op.path)))  # kept for long: one str per path
+            known.update(shared(p) for p in ancestors(op.path) if p not in known and watched(p) is not True)
         elif isinstance(op, Delete):
             known.discard(op.path)
     for step in steps:

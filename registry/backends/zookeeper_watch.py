@@ -145,6 +145,7 @@ class TreeWatcher:
                 break
             found, kids = self._scan([self.root])
         fresh = {shared(path): czxid for path, _, czxid in found}
+        self._io.known_parents.difference_update(fresh)  # this watch answers for them now
         stale = [p for p, czxid in self._known.items() if fresh.get(p) != czxid]
         for path in sorted(stale, key=_deepest_first):
             self._owner._notify(self.registration, EventKind.DELETED, path, None)
@@ -349,6 +350,7 @@ class TreeWatcher:
                 self._drop(path)
             path = shared(path)
             self._known[path] = czxid
+            self._io.known_parents.discard(path)  # this watch answers for it now
             if path != self.root:
                 self._kids.add(parent(path), path)
             self._owner._notify(self.registration, EventKind.CREATED, path, node)

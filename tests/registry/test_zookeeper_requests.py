@@ -125,6 +125,25 @@ def test_a_replan_trusts_what_a_tree_watch_reported(pair: tuple[ZooKeeperRegistr
         watch.cancel()
 
 
+def test_a_parent_a_tree_watch_reports_leaves_the_hint(pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]) -> None:
+    """The watch answers for what it reported, so the hint of parents keeps only what no
+    watch follows (a job's ``running`` node): every parent of every job there held 500
+    bytes a job. A re-plan still reads none of them."""
+    ours, other = pair
+    namespace = registry.parse_url(ours.url).namespace
+    watch = ours.watch("/", lambda event: None, initial=True, exclude=lambda p: p == "/skip")
+    try:
+        ours.transaction([Create("/jobs/a/config", b"1"), Create("/skip/a/mark", b"m")])  # re-planned
+        unwatched = {f"{namespace}/skip", f"{namespace}/skip/a"}
+        wait_for(lambda: ours._io.known_parents == unwatched, 10, message=lambda: f"{ours._io.known_parents}")
+        asked = _counting_exists(ours)
+        ours.transaction([Create("/jobs/a/servers/h", b"2"), Create("/skip/a/m2", b"m")])
+        assert asked == [], f"the re-plan read {asked}"
+        assert other.get("/jobs/a/servers/h") == b"2" and other.get("/skip/a/m2") == b"m"
+    finally:
+        watch.cancel()
+
+
 @pytest.mark.parametrize("says", [True, False], ids=["says-present", "says-absent"])
 def test_a_wrong_watch_answer_costs_a_read_never_an_outcome(
     pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], says: bool
