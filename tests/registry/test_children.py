@@ -55,3 +55,31 @@ def test_paths_are_kept_as_the_shared_str() -> None:
     index.add(parent, child)
     (kept,) = index.of("/pq")
     assert kept is sys.intern("/pq/c")
+
+
+def _shape(index: ChildIndex, parent: str) -> str:
+    return type(index._by_parent[parent]).__name__
+
+
+def test_each_parent_holds_its_children_in_the_smallest_shape_in_the_order_added() -> None:
+    """One child is its path, up to sixteen a tuple, more a dict (O(1) for a namespace
+    root of 10,000 jobs); a dict shrunk to eight becomes a tuple again. Whatever the shape,
+    the children come in the order added, each once."""
+    index = ChildIndex()
+    children = [f"/a/{i:02d}" for i in range(20)]
+    shapes = []
+    for count, child in enumerate(children, start=1):
+        index.add("/a", child)
+        index.add("/a", children[0])  # already there, in every shape
+        shapes.append(_shape(index, "/a"))
+        assert index.of("/a") == tuple(children[:count])
+    assert shapes == ["str"] + ["tuple"] * 15 + ["dict"] * 4
+    for count in range(20, 1, -1):
+        index.discard("/a", children[count - 1])
+        index.discard("/a", "/a/missing")
+        assert index.of("/a") == tuple(children[: count - 1])
+        expected = "str" if count == 2 else "dict" if count - 1 > 8 else "tuple"
+        assert _shape(index, "/a") == expected, count
+    index.add("/a", "/a/back")
+    index.discard("/a", children[0])
+    assert index.of("/a") == ("/a/back",) and _shape(index, "/a") == "str"
