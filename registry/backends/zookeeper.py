@@ -142,7 +142,7 @@ class ZooKeeperRegistry(BaseRegistry):
             logger=kazoo_logger(),
         )
         tune_connection(self._client, parsed.connect_timeout)
-        compact_watcher_tables(self._client)
+        compact_watcher_tables(self._client, self._ns.prefix)
         self._io = ZkIO(
             self._client,
             hosts=self._hosts,

@@ -348,19 +348,22 @@ class ZkIO:
             yield done, self.wait(result, answered_by)
 
 
-def visible_children(path: str, names: Iterable[str]) -> list[str]:
-    """Child names of ``path`` that callers may see (ZooKeeper's own /zookeeper is hidden)."""
-    if path == "/":
+def visible_children(path: str, names: Iterable[str], *, namespace: str = "") -> list[str]:
+    """Child names of ``path`` that callers may see (ZooKeeper's own /zookeeper is hidden).
+    ``path`` is the server's, or a caller's under ``namespace`` (then nothing is hidden:
+    the server's root is not below a namespace)."""
+    if path == "/" and not namespace:
         return sorted(n for n in names if n != ROOT_SYSTEM_NODE)
     return sorted(names)
 
 
-def visible_child_paths(path: str, names: Iterable[str]) -> set[str]:
+def visible_child_paths(path: str, names: Iterable[str], *, namespace: str = "") -> set[str]:
     """The paths of ``visible_children``, unordered: what a parent listed again and again
     (a namespace of thousands of jobs) is compared by, with no sort and no call per name."""
     prefix = path.rstrip("/") + "/"
     paths = {prefix + name for name in names}
-    paths.discard(_SYSTEM_PATH)  # listed under "/" only
+    if not namespace:
+        paths.discard(_SYSTEM_PATH)  # listed under "/" only
     return paths
 
 

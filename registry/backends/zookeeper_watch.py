@@ -27,6 +27,10 @@ Invariants kept here:
 - ``_known`` mirrors exactly the nodes this registration has reported, with their
   creation zxid, so a node deleted and created again between two reads is reported as
   DELETED then CREATED even though ZooKeeper restarts its version at 0;
+- ``_known``, ``_kids`` and ``root`` hold the caller's paths (the namespace cut off), the
+  ``str`` the cache and kazoo's tables (``zookeeper_watchers``) key the node by too; the
+  server's path is made per request (``_server``), since one kept per node, and its
+  entry in the table of interned strings, cost about 1 KiB a job;
 - parents are reported before their children, deletions deepest first;
 - a cancelled (or failed-to-start) registration ignores every later notification;
 - notifications whose reads the connection's drop interrupted are kept and handled
@@ -85,11 +89,15 @@ class TreeWatcher:
         self._owner = owner
         self._io = io
         self.registration = registration
-        self.root = registration.root
+        #: the namespace: caller's paths to the server's (per request) and back
+        self._namespace = owner._ns.prefix
+        self._server = owner._ns.to_server_valid
+        self._client = owner._ns.to_client
+        self.root = self._client(registration.root)
         self._submit = submit
         self.synced = False  # the initial read is done: notifications may be acted on
         self.dead = False  # failed to start or cancelled
-        self._known: dict[str, int] = {}  # path -> czxid of every node reported
+        self._known: dict[str, int] = {}  # caller's path -> czxid of every node reported
         #: path -> its known children, only for nodes that have some
         self._kids = ChildIndex()
         #: notifications not yet handled: (is a child event, event type, path)
@@ -105,21 +113,21 @@ class TreeWatcher:
     def usable(self) -> bool:
         return self.synced and not self.dead and self.registration.watch.active
 
-    def has_reported(self, path: str) -> bool:
-        """``path`` exists as far as this watch has reported (any thread may ask: one
+    def has_reported(self, stored_path: str) -> bool:
+        """The node exists as far as this watch has reported (any thread may ask: one
         lookup in a dict only the worker changes)."""
-        return path in self._known
+        return self._client(stored_path) in self._known
 
     # -- kazoo's event thread: never block, only hand over ----------------------------
     def on_data(self, event: Any) -> None:
         if event.type == EventType.NONE or self.dead:
             return  # NONE: kazoo dropping its watches on disconnect; the resync follows
-        self._enqueue(False, event.type, event.path)
+        self._enqueue(False, event.type, self._client(event.path))
 
     def on_child(self, event: Any) -> None:
         if event.type != EventType.CHILD or self.dead:
             return  # a deleted node's child watch: its data watch reports the deletion
-        self._enqueue(True, event.type, event.path)
+        self._enqueue(True, event.type, self._client(event.path))
 
     def _enqueue(self, child: bool, event_type: Any, path: str) -> None:
         with self._events_lock:
@@ -140,20 +148,21 @@ class TreeWatcher:
             if found:
                 break
             # root absent: watch for its creation; if it appeared meanwhile, read again
-            exists = self._io.client.exists_async(self.root, watch=self.data_callback)
+            exists = self._io.client.exists_async(self._server(self.root), watch=self.data_callback)
             if self._io.wait(exists, self._io.read_deadline()) is None:
                 break
             found, kids = self._scan([self.root])
         fresh = {shared(path): czxid for path, _, czxid in found}
-        self._io.known_parents.difference_update(fresh)  # this watch answers for them now
+        # this watch answers for them now
+        self._io.known_parents.difference_update(map(self._server, fresh))
         stale = [p for p, czxid in self._known.items() if fresh.get(p) != czxid]
         for path in sorted(stale, key=_deepest_first):
-            self._owner._notify(self.registration, EventKind.DELETED, path, None)
+            self._owner._notify(self.registration, EventKind.DELETED, self._server(path), None)
         self._known = fresh
         self._kids = ChildIndex()
         for path in fresh:
             self._add_kids(path, kids.get(path, ()))
-        self._owner._resync(self.registration, {path: node for path, node, _ in found}, emit=emit)
+        self._owner._resync(self.registration, {self._server(path): node for path, node, _ in found}, emit=emit)
         self.synced = True
 
     def armed(self) -> Rearm:
@@ -162,10 +171,10 @@ class TreeWatcher:
         watch on its absent root."""
         rearm = Rearm(self.data_callback, self.child_callback)
         if not self._known:
-            rearm.exist.append(self.root)
+            rearm.exist.append(self._server(self.root))
             return rearm
         leaf = self.registration.leaf
-        rearm.data = list(self._known)
+        rearm.data = list(map(self._server, self._known))
         rearm.child = [path for path in rearm.data if leaf is None or not leaf(path)]
         return rearm
 
@@ -217,7 +226,7 @@ class TreeWatcher:
             getattr(self._io.client, "_data_watchers", None),
             getattr(self._io.client, "_child_watchers", None),
         ]
-        for path in [self.root, *self._known]:
+        for path in map(self._server, [self.root, *self._known]):
             for table in tables:
                 callbacks = table.get(path) if isinstance(table, dict) else None
                 if callbacks:
@@ -274,13 +283,15 @@ class TreeWatcher:
         state's usual batch) goes as a read that arms its own watch (``_WATCHED_LONE_READ``)."""
         if len(reads) == 1 and _WATCHED_LONE_READ:
             children, path = reads[0]
-            return [self._io.watched_read(path, children, self.child_callback if children else self.data_callback)]
+            callback = self.child_callback if children else self.data_callback
+            return [self._io.watched_read(self._server(path), children, callback)]
         answers: list[Any] = []
         zxids: list[int] = []
         armed = Rearm(self.data_callback, self.child_callback)
-        for (children, path), (_, got, names) in zip(
+        server = self._server
+        for (children, _), (path, got, names) in zip(
             reads,
-            self._io.multi_read([(path, not children, children) for children, path in reads], zxids=zxids),
+            self._io.multi_read([(server(path), not children, children) for children, path in reads], zxids=zxids),
             strict=True,
         ):
             answer = names if children else got
@@ -300,13 +311,13 @@ class TreeWatcher:
         # Hazard: a parent of N jobs is listed again whenever jobs are added, so a start
         # of N jobs lists N names hundreds of times. The trick: set arithmetic on the
         # listing, and the watch's predicate on new names only (no known node is excluded).
-        listed = visible_child_paths(path, answer)
+        listed = visible_child_paths(path, answer, namespace=self._namespace)
         known = set(self._kids.of(path))
         for gone in sorted(known - listed):
             self._drop(gone)
         new = sorted(listed - known)
         excluded = self.registration.excluded
-        adopt.extend(new if excluded is None else [c for c in new if not excluded(c)])
+        adopt.extend(new if excluded is None else [c for c in new if not excluded(self._server(c))])
 
     def _apply_data(self, path: str, event_type: Any, answer: Any, adopt: list[str]) -> None:
         """``answer``: ``(value, ZnodeStat)``, the read's exception, or None (not read)."""
@@ -333,13 +344,13 @@ class TreeWatcher:
             self._drop(path)
             adopt.append(path)
             return
-        self._owner._notify(self.registration, EventKind.UPDATED, path, _node(data, stat))
+        self._owner._notify(self.registration, EventKind.UPDATED, self._server(path), _node(data, stat))
 
     def _adopt(self, paths: list[str]) -> None:
         """Read new nodes and everything below them, arm their watches, report them."""
         found, kids = self._scan(paths)
         if self.root in paths and not any(p == self.root for p, _, _ in found):
-            exists = self._io.client.exists_async(self.root, watch=self.data_callback)
+            exists = self._io.client.exists_async(self._server(self.root), watch=self.data_callback)
             if self._io.wait(exists, self._io.read_deadline()) is not None:
                 found, kids = self._scan(paths)
         for path, node, czxid in found:
@@ -350,10 +361,11 @@ class TreeWatcher:
                 self._drop(path)
             path = shared(path)
             self._known[path] = czxid
-            self._io.known_parents.discard(path)  # this watch answers for it now
+            stored = self._server(path)
+            self._io.known_parents.discard(stored)  # this watch answers for it now
             if path != self.root:
                 self._kids.add(parent(path), path)
-            self._owner._notify(self.registration, EventKind.CREATED, path, node)
+            self._owner._notify(self.registration, EventKind.CREATED, stored, node)
         for path, children in kids.items():
             if path in self._known:
                 self._add_kids(path, children)
@@ -375,7 +387,7 @@ class TreeWatcher:
         for current in sorted(gone, key=_deepest_first):
             self._known.pop(current, None)
             self._kids.pop(current)
-            self._owner._notify(self.registration, EventKind.DELETED, current, None)
+            self._owner._notify(self.registration, EventKind.DELETED, self._server(current), None)
         if path != self.root:
             self._kids.discard(parent(path), path)
 
@@ -383,10 +395,11 @@ class TreeWatcher:
         """The children to read and arm: excluded subtrees are never read, so they cost
         no watch and no re-read when they change (the parent's child watch still fires
         when one is created or deleted, once)."""
-        children = [join(path, n) for n in visible_children(path, names)]
-        if self.registration.excluded is None:
+        children = [join(path, n) for n in visible_children(path, names, namespace=self._namespace)]
+        excluded = self.registration.excluded
+        if excluded is None:
             return children
-        return [c for c in children if not self.registration.excluded(c)]
+        return [c for c in children if not excluded(self._server(c))]
 
     def _scan(self, starts: list[str]) -> tuple[list[tuple[str, Node, int]], dict[str, list[str]]]:
         """Read ``starts`` and their subtrees, level by level, and arm a data watch on each
@@ -403,8 +416,8 @@ class TreeWatcher:
         the zxid the client saw before the reads, every change that set off the reads came
         again, and a batch of notifications was read twice.) A few requests per 250 nodes,
         where a read per node armed its watch."""
-        leaf = self.registration.leaf
-        if len(starts) == 1 and _WATCHED_LONE_READ and leaf is not None and leaf(starts[0]):
+        leaf, server = self.registration.leaf, self._server
+        if len(starts) == 1 and _WATCHED_LONE_READ and leaf is not None and leaf(server(starts[0])):
             # a lone new leaf (an instance joining a job): one read, as ``_read_and_arm``
             (got,) = self._read_and_arm([(False, starts[0])])
             if isinstance(got, (KzNoNode, NoAuthError)):
@@ -419,8 +432,8 @@ class TreeWatcher:
         level = list(starts)
         while level:
             next_level: list[str] = []
-            reads = [(p, True, leaf is None or not leaf(p)) for p in level]
-            for path, got, names in self._io.multi_read(reads, zxids=zxids):
+            reads = [(server(p), True, leaf is None or not leaf(server(p))) for p in level]
+            for path, (_, got, names) in zip(level, self._io.multi_read(reads, zxids=zxids), strict=True):
                 if isinstance(got, (KzNoNode, NoAuthError)):
                     continue  # gone, or not ours to read: skip it and what is below
                 if names is None:
@@ -437,7 +450,7 @@ class TreeWatcher:
                 next_level.extend(children)
             level = next_level
         armed = Rearm(self.data_callback, self.child_callback)
-        armed.data = [path for path, _, _ in found]
+        armed.data = [server(path) for path, _, _ in found]
         armed.child = [path for path in armed.data if leaf is None or not leaf(path)]
         if zxids:
             rearm(self._io.client, min(zxids), [armed], self._io.wait_answer)

@@ -6,10 +6,15 @@ itself. A tree watch arms a data and a child watch on each of a job's dozen node
 entry holding one callback: a set per entry (216 bytes) and a private copy of each path
 came to about 4.4 KiB per job; an object per entry holding its one callback, to 1.5 KiB.
 
-Invariant: each table maps ``shared(path)`` (one ``str`` per path, the one the tree
-watch's own maps hold) to its one callback itself, or to a list from the second callback
-on (an entry holds one or two, so a scan costs what a hash does); a path whose last
-callback is discarded leaves the table. The table gives kazoo what it uses of a
+Invariant: each table maps a path to its one callback itself, or to a list from the
+second callback on (an entry holds one or two, so a scan costs what a hash does); a path
+whose last callback is discarded leaves the table. kazoo names paths as sent to the
+server, with the registry's namespace in front; the table keys each by ``shared`` of the
+caller's path (the namespace cut off: one ``str`` per path, the one the cache and the tree
+watch hold too), where a key of its own per node and its entry in the table of interned
+strings cost about 1 KiB a job. A path outside the namespace (none of ours) is kept
+whole, behind a NUL no caller's path holds. Every path in and out of the table is the
+server's, as kazoo's own table has it. The table gives kazoo what it uses of a
 ``defaultdict(set)``: ``table[path].add(callback)`` (``_Entry``, writing through to the
 table), ``pop(path, default)``, ``get`` and ``values()``, each entry as an iterable of
 callbacks.
@@ -57,7 +62,7 @@ def _callbacks(stored: _Stored | None) -> list[_Callback]:
 class _Entry:
     """The callbacks armed on one path, with the part of a set's interface kazoo uses
     (``add``, ``discard``, iteration, ``len``), read from and written to the table: made
-    for the call, never stored."""
+    for the call, never stored. ``path`` is the table's key (``_WatcherTable.key``)."""
 
     __slots__ = ("_path", "_table")
 
@@ -94,19 +99,52 @@ class _Entry:
         return len(_callbacks(dict.get(self._table, self._path)))
 
 
+#: marks a key that is a server path outside the namespace, kept whole
+_OUTSIDE = "\x00"
+
+
 class _WatcherTable(dict[str, _Stored]):
-    """path -> its callbacks (module docstring); ``table[path]`` of a path never armed is
-    an empty entry, as a ``defaultdict``'s, but adds nothing to the table until a callback
-    is added to it."""
+    """server path -> its callbacks, keyed by the caller's path (module docstring);
+    ``table[path]`` of a path never armed is an empty entry, as a ``defaultdict``'s, but
+    adds nothing to the table until a callback is added to it."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__()
+        self._namespace = namespace
+
+    def key(self, path: str) -> str:
+        """The key of the server path ``path``: the caller's path, or ``path`` marked as
+        outside the namespace."""
+        namespace = self._namespace
+        if not namespace:
+            return path
+        if path.startswith(namespace):
+            if len(path) == len(namespace):
+                return "/"
+            if path[len(namespace)] == "/":
+                return path[len(namespace) :]
+        return _OUTSIDE + path
+
+    def server_path(self, key: str) -> str:
+        if key.startswith(_OUTSIDE):
+            return key[len(_OUTSIDE) :]
+        return self._namespace + key if key != "/" else self._namespace or "/"
 
     def __getitem__(self, path: str) -> _Entry:  # type: ignore[override]  # kazoo's view
-        return _Entry(self, path)
+        return _Entry(self, self.key(path))
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and dict.__contains__(self, self.key(path))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([self.server_path(key) for key in dict.keys(self)])
 
     def get(self, path: str, default: Any = None) -> Any:
-        return _Entry(self, path) if path in self else default
+        key = self.key(path)
+        return _Entry(self, key) if dict.__contains__(self, key) else default
 
     def pop(self, path: str, *default: Any) -> Any:
-        stored = dict.pop(self, path, None)
+        stored = dict.pop(self, self.key(path), None)
         if stored is None:
             if default:
                 return default[0]
@@ -117,26 +155,27 @@ class _WatcherTable(dict[str, _Stored]):
         return [_callbacks(stored) for stored in dict.values(self)]
 
     def items(self) -> list[tuple[str, list[_Callback]]]:  # type: ignore[override]
-        return [(path, _callbacks(stored)) for path, stored in dict.items(self)]
+        return [(self.server_path(key), _callbacks(stored)) for key, stored in dict.items(self)]
 
 
-def _table(entries: Iterable[tuple[str, Iterable[_Callback]]]) -> _WatcherTable:
-    table = _WatcherTable()
+def _table(namespace: str, entries: Iterable[tuple[str, Iterable[_Callback]]]) -> _WatcherTable:
+    table = _WatcherTable(namespace)
     for path, callbacks in entries:
         for callback in callbacks:
             table[path].add(callback)
     return table
 
 
-def _install(client: Any) -> None:
+def _install(client: Any, namespace: str) -> None:
     for name in _TABLES:
-        setattr(client, name, _table(getattr(client, name).items()))
+        setattr(client, name, _table(namespace, getattr(client, name).items()))
 
 
-def compact_watcher_tables(client: Any) -> bool:
-    """Keep ``client``'s watch callbacks in compact tables, now and after every reset
-    (module docstring); False, with a warning, when this kazoo's tables are not the ones
-    expected."""
+def compact_watcher_tables(client: Any, namespace: str = "") -> bool:
+    """Keep ``client``'s watch callbacks in compact tables, now and after every reset,
+    keyed by the caller's paths under ``namespace`` (the prefix of every server path this
+    registry names, "" for none; module docstring); False, with a warning, when this
+    kazoo's tables are not the ones expected."""
     expected = getattr(type(client), "_reset_watchers", None) is KazooClient._reset_watchers and all(
         type(table) is defaultdict and table.default_factory is set
         for table in (getattr(client, name, None) for name in _TABLES)
@@ -151,8 +190,8 @@ def compact_watcher_tables(client: Any) -> bool:
 
     def reset_watchers() -> None:
         kazoo_reset()
-        _install(client)
+        _install(client, namespace)
 
     client._reset_watchers = reset_watchers
-    _install(client)
+    _install(client, namespace)
     return True

@@ -494,3 +494,18 @@ def test_a_refused_multi_of_deletes_is_done_node_by_node(
     ours.delete("/gone")
     assert raced
     assert not ours.exists("/gone") and not other.exists("/gone")
+
+
+def test_a_node_named_zookeeper_under_a_namespace_is_seen(pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry]) -> None:
+    """ZooKeeper's own ``/zookeeper`` is hidden at the server's root only: a tree watch,
+    which keeps the caller's paths, hides no node of that name at a namespace's root."""
+    ours, other = pair
+    other.create("/zookeeper/x", b"1")
+    seen: list[str] = []
+    watch = ours.watch("/", lambda event: seen.append(event.path), initial=True)
+    try:
+        other.create("/zookeeper/y", b"2")
+        wait_for(lambda: {"/zookeeper", "/zookeeper/x", "/zookeeper/y"} <= set(seen), 10, message=lambda: f"{seen}")
+        assert ours.children("/") == ["zookeeper"]
+    finally:
+        watch.cancel()

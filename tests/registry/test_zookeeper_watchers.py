@@ -1,7 +1,8 @@
 """kazoo's tables of watch callbacks are kept compact (``registry/backends/zookeeper_watchers.py``),
 against a real ZooKeeper: one entry per watched path holding the tree watch's one
-callback itself, keyed by the same ``str`` the watch keeps, and still so after the connection
-drops and kazoo builds its tables anew; the watch goes on reporting changes throughout."""
+callback itself, keyed by the caller's path (the namespace cut off), the same ``str`` the
+watch keeps, and still so after the connection drops and kazoo builds its tables anew;
+the watch goes on reporting changes throughout."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from kazoo.client import KazooClient
 
 import registry
 from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.backends.zookeeper_watch import TreeWatcher
 from registry.backends.zookeeper_watchers import compact_watcher_tables
 from registry.protocol import Event, SessionState
 from tests.servers.proxy import TCPProxy
@@ -31,17 +33,22 @@ def _tables(reg: ZooKeeperRegistry) -> tuple[Any, Any]:
 
 def _assert_compact(reg: ZooKeeperRegistry, watched: list[str]) -> None:
     """Every watched node has a data entry holding its one callback itself, in a table
-    that is not kazoo's ``defaultdict(set)``, keyed by the interned path."""
+    that is not kazoo's ``defaultdict(set)``, keyed by the interned caller's path."""
     data, child = _tables(reg)
     for table in (data, child):
         assert type(table) is not defaultdict
         for path, stored in dict.items(table):
             assert callable(stored) or (len(stored) >= 2 and len(stored) == len(set(stored))), path
+    assert reg._ns.prefix
+    (watcher,) = [registration.backend_state for registration in reg._watches]
+    assert isinstance(watcher, TreeWatcher)
     for path in watched:
-        stored = reg._ns.prefix + path
-        assert callable(dict.get(data, stored)), (path, dict.get(data, stored))
-        key = next(k for k in data if k == stored)
-        assert key is sys.intern(stored), path  # the one copy the tree watch keeps too
+        assert callable(dict.get(data, path)), (path, dict.get(data, path))
+        key = next(k for k in dict.keys(data) if k == path)
+        assert key is sys.intern(path), path
+        assert next(k for k in watcher._known if k == path) is key  # the tree watch's one copy
+        assert reg._ns.prefix + path in data and reg._ns.prefix + path in set(data)  # kazoo's view
+    assert not [p for p in watcher._known if p.startswith(reg._ns.prefix)]  # no server path kept
 
 
 @pytest.fixture
@@ -109,7 +116,7 @@ def test_a_paths_callbacks_behave_as_the_set_kazoo_expects() -> None:
     def first(_: object) -> None: ...
     def second(_: object) -> None: ...
 
-    table = _table([])
+    table = _table("", [])
     callbacks = table["/p"]
     assert len(callbacks) == 0 and list(callbacks) == [] and not callbacks
     assert "/p" not in table and table.get("/p") is None  # a look adds nothing
@@ -128,8 +135,29 @@ def test_a_paths_callbacks_behave_as_the_set_kazoo_expects() -> None:
     callbacks.add(second)
     callbacks.discard(first)  # not armed: nothing happens
     assert list(table["/p"]) == [second]
-    assert list(_table([("/q", [first, second, first])])["/q"]) == [first, second]
+    assert list(_table("", [("/q", [first, second, first])])["/q"]) == [first, second]
     # what kazoo does when a watch fires: pop the path's callbacks, or a default
     assert table.pop("/p", []) == [second] and table.pop("/p", []) == []
     with pytest.raises(KeyError):
         table.pop("/p")
+
+
+def test_a_table_keys_the_callers_paths_and_shows_kazoo_the_servers() -> None:
+    """Under a namespace the table keys each path by the caller's (the ``str`` the cache
+    holds), and kazoo, which names server paths, sees them as its own table would: the
+    namespace root as ``/``, a path merely starting with the namespace's name and one
+    outside it kept whole."""
+    from registry.backends.zookeeper_watchers import _table
+
+    def callback(_: object) -> None: ...
+
+    served = ["/ns", "/ns/job/config", "/nsx/a", "/other"]
+    table = _table("/ns", [(path, [callback]) for path in served])
+    assert sorted(table) == sorted(served) and all(path in table for path in served)
+    assert sorted(path for path, _ in table.items()) == sorted(served)
+    assert "/job/config" not in table  # a caller's path is not a server path
+    job_key = next(k for k in dict.keys(table) if k == "/job/config")
+    assert job_key is sys.intern("/job/config")
+    assert set(dict.keys(table)) == {"/", "/job/config", "\x00/nsx/a", "\x00/other"}
+    assert table.pop("/ns/job/config") == [callback] and table.pop("/nsx/a") == [callback]
+    assert sorted(table) == ["/ns", "/other"]
