@@ -25,8 +25,9 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from registry.errors import BadVersionError, NoNodeError, RegistryError, TransactionError
 from registry.protocol import Check, Create, Delete, Node, Op, RegistryCenter, Set
@@ -36,12 +37,26 @@ from sharding.errors import FencedOut, FenceReason
 from sharding.failover import FailoverEntry, FailoverQueue, RunTrace
 from sharding.layout import JobPaths
 
-__all__ = ["CurrentAssignment", "MarkRequest", "RunMark", "RunMarks"]
+__all__ = ["CurrentAssignment", "MarkRequest", "MarksOwner", "RunMark", "RunMarks"]
 
 log = logging.getLogger("sharding")
 
-#: ``(path, version, problem)``: a node that does not decode, reported once per version
-CorruptReporter = Callable[[str, int, str], None]
+class MarksOwner(Protocol):
+    """What a job's marks ask of the service that owns them. One reference to the owner:
+    a bound method per question cost 80 bytes a job each, at thousands of jobs."""
+
+    @property
+    def registration_version(self) -> int | None:
+        """This instance's registration node's version as it wrote it; None when it is
+        not registered."""
+
+    @property
+    def marks_persist(self) -> bool:
+        """A mark is a persistent node (failover on: a crash leaves its trace), not an
+        ephemeral one."""
+
+    def report_corrupt(self, path: str, version: int, problem: str) -> None:
+        """A node that does not decode, reported once per version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +100,9 @@ class RunMarks:
         "_cache",
         "_fence",
         "_own_instance",
+        "_owner",
         "_paths",
-        "_persistent",
         "_reg",
-        "_registration_version",
-        "_report_corrupt",
         "held",
         "in_doubt",
         "last_fire",
@@ -102,19 +115,14 @@ class RunMarks:
         paths: JobPaths,
         instance_id: str,
         cache: TreeCache,
-        *,
-        registration_version: Callable[[], int | None],
-        persistent: Callable[[], bool],
-        report_corrupt: CorruptReporter,
+        owner: MarksOwner,
     ) -> None:
         self._reg = reg
         self._paths = paths
         self.path = paths.running_of(instance_id)
         self._own_instance = paths.instance(instance_id)
         self._cache = cache
-        self._registration_version = registration_version
-        self._persistent = persistent
-        self._report_corrupt = report_corrupt
+        self._owner = owner
         #: the fence checks of the last mark, by (assignment version, registration version):
         #: the same two ops fire after fire until either changes
         self._fence: tuple[int, int, Check, Check] | None = None
@@ -133,7 +141,7 @@ class RunMarks:
         claimed: Sequence[FailoverEntry] = (),
     ) -> MarkRequest:
         """The fenced mark's transaction; ``FencedOut`` when it cannot even be planned."""
-        version = self._registration_version()
+        version = self._owner.registration_version
         if version is None:
             raise FencedOut(
                 f"job {self._paths.job}: instance node {self._own_instance} is not registered",
@@ -148,7 +156,7 @@ class RunMarks:
                 Check(self._own_instance, version),
             )
         trace = RunTrace("running", tuple(items), fire_time, failover=bool(claimed))
-        create = Create(self.path, trace.encode(), ephemeral=not self._persistent())
+        create = Create(self.path, trace.encode(), ephemeral=not self._owner.marks_persist)
         queue_update: Set | None = None
         if claimed:
             node = self._cache.get_node(self._paths.failover_items)
@@ -168,7 +176,7 @@ class RunMarks:
         it ended, or a new one registered since). What the server would answer: the
         registration check fails."""
         check = request.registration_check
-        version = self._registration_version()
+        version = self._owner.registration_version
         if version == check.version:
             return None
         cause: RegistryError = NoNodeError(check.path) if version is None else BadVersionError(check.path, check.version)
@@ -293,5 +301,5 @@ class RunMarks:
         try:
             return FailoverQueue.decode(self._paths.failover_items, node.value)
         except CorruptNodeError as exc:
-            self._report_corrupt(self._paths.failover_items, node.version, exc.problem)
+            self._owner.report_corrupt(self._paths.failover_items, node.version, exc.problem)
             return FailoverQueue()

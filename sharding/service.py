@@ -152,15 +152,7 @@ class ShardingService:
         self._reported_corrupt: set[tuple[str, int]] | None = None  # made on first use
         self._assignment_listeners: list[Callable[[], None]] = []
         #: this instance's running mark: the fencing point of every run
-        self.marks = RunMarks(
-            reg,
-            self.paths,
-            identity.instance_id,
-            self._cache,
-            registration_version=self._registration_version,
-            persistent=self._failover_on,
-            report_corrupt=self.report_corrupt,
-        )
+        self.marks = RunMarks(reg, self.paths, identity.instance_id, self._cache, self)
         self._election = LeaderElection(
             reg,
             self.paths.leader,
@@ -353,10 +345,14 @@ class ShardingService:
 
     # bound methods, not lambdas, for the per-job callbacks: a closure costs three times the
     # memory, and every job of the process holds them
-    def _registration_version(self) -> int | None:
+    @property
+    def registration_version(self) -> int | None:
+        """This instance's registration node's version as it wrote it (``RunMarks``)."""
         return self.membership.version
 
-    def _failover_on(self) -> bool:
+    @property
+    def marks_persist(self) -> bool:
+        """Failover is on: a run's mark is persistent, so a crash leaves its trace."""
         return self._settings.failover
 
     def report_corrupt(self, path: str, version: int, problem: str) -> None:

@@ -1,0 +1,50 @@
+"""What a started job keeps in its process, counted in objects (issue #14: at 10,000 jobs
+a process must hold at most 1.5 x APScheduler's memory; the bytes are measured by
+``benchmarks.memory_census``, these tests pin the shapes that keep them down)."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import types
+import uuid
+
+from scheduler import JobConfig, Scheduler, ShardingContext
+from sharding.service import ShardingService
+
+JOBS = 40
+#: the bound methods a job's objects hand out as callbacks: its runner's timer, reconcile,
+#: assignment and job-event callbacks, its resharding's two, its service's cache, session
+#: and election callbacks and its membership's ``cancelled``, its election's two. Each is
+#: an 80-byte object per job; the run marks ask the service itself (``MarksOwner``), where
+#: a bound method per question held three more
+BOUND_METHODS_PER_JOB = 12
+
+
+def _noop(ctx: ShardingContext) -> None:
+    pass
+
+
+def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> None:
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    for n in range(JOBS):
+        sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?"), _noop)
+    try:
+        sched.start()
+        gc.collect()
+        services = [o for o in gc.get_objects() if isinstance(o, ShardingService)]
+        assert len(services) == JOBS
+        # the objects of the jobs, one each per job
+        parts = [(s, s.marks, s.membership, s._election, s._resharding) for s in services]
+        owners = {id(o) for part in parts for o in part} | {id(r) for r in sched._runners.values()}
+        methods = [
+            m for m in gc.get_objects() if isinstance(m, types.MethodType) and id(m.__self__) in owners
+        ]
+        kinds = collections.Counter(m.__func__.__qualname__ for m in methods)
+        # a callback every job holds, not one in flight (an evaluation a few jobs queued)
+        held = sorted(name for name, count in kinds.items() if count >= JOBS)
+        assert len(held) <= BOUND_METHODS_PER_JOB, held
+        for service in services:
+            assert service.marks._owner is service
+    finally:
+        sched.shutdown()
