@@ -10,6 +10,7 @@ from typing import Any
 
 import registry
 from registry.backends.etcd import EtcdRegistry
+from registry.backends.etcd_watch import _Delivery
 from registry.protocol import Create, EventKind
 from tests.contract import EventLog, wait_marker
 from tests.waiting import wait_for
@@ -37,6 +38,12 @@ def test_an_excluded_subtree_is_not_sent_by_the_server(etcd_server: Any) -> None
         writer.put("/b/running/x", b"1")
         wait_marker(reg, log, writer, "/b/marker")
         wait_for(lambda: _watchers(reg) == 3, 10, message="the watch split into 3 ranges")
+        # a range per job at 10,000 jobs: each is a slotted subscription, and its stream
+        # callback a slotted object, not a closure
+        for sub in reg._supervisor._subs:
+            assert not hasattr(sub, "__dict__")
+            assert sub.stream is not None and sub.watch_id is not None
+            assert type(sub.stream._callbacks[sub.watch_id]) is _Delivery
         before = _received(reg)
         for n in range(20):
             writer.put(f"/a/running/m{n}", b"m")
