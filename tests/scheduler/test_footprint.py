@@ -32,11 +32,12 @@ def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> 
     try:
         sched.start()
         gc.collect()
-        services = [o for o in gc.get_objects() if isinstance(o, ShardingService)]
-        assert len(services) == JOBS
+        runners = list(sched._runners.values())
+        services = [runner.sharding for runner in runners]
+        assert len(services) == JOBS and all(isinstance(s, ShardingService) for s in services)
         # the objects of the jobs, one each per job
         parts = [(s, s.marks, s.membership, s._election, s._resharding) for s in services]
-        owners = {id(o) for part in parts for o in part} | {id(r) for r in sched._runners.values()}
+        owners = {id(o) for part in parts for o in part} | {id(r) for r in runners}
         methods = [
             m for m in gc.get_objects() if isinstance(m, types.MethodType) and id(m.__self__) in owners
         ]
