@@ -568,8 +568,8 @@ class BaseRegistry(abc.ABC):
     def _stored(self, path: str) -> str:
         if self._closed:
             raise RegistryError(f"registry client {self.url} is closed")
-        # validated and joined per op, remembered nowhere: a memo of the paths a fire names
-        # saved a few substring scans each, and held 240 bytes a job (700 under a namespace)
+        # validated and joined per op, remembered nowhere: a memo of every path a fire
+        # names saves a few substring scans per op and holds an entry per path for good
         return self._ns.to_server(path)
 
     def _stored_writable(self, path: str) -> str:
