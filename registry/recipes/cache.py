@@ -47,9 +47,9 @@ class TreeCache:
         #: absent paths already checked: the flags a fire reads and usually finds absent.
         #: A node leaves it when it is cached (a cached node passed the checks when its
         #: event was applied, and reads find it without them), and a present node named
-        #: by the rare calls that check it anyway (``children``) is not kept: most of a
-        #: job's nodes are read once before they exist, and a memo of all those held 500
-        #: bytes a job
+        #: by the rare calls that check it anyway (``children``) is not kept. Hazard: a
+        #: set keeps the table size of its peak, reached while jobs start and read their
+        #: nodes before they exist, so this bounds the entries, not that table
         self._checked: set[str] = set()
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer.

@@ -239,9 +239,8 @@ def test_a_resync_reports_what_went_away_children_first_up_to_a_namespace_root(r
 def test_the_cache_remembers_a_checked_path_only_while_it_is_absent(reg: BaseRegistry) -> None:
     """A read of an absent path checks it (inside the cached subtree, not excluded) and
     remembers it, since a fire reads the same absent flags every time; once the node is
-    cached the memo lets it go (a cached node needs no check, and a memo of every node a
-    job read before it existed held 500 bytes a job). Paths that fail the checks are
-    refused every time, never remembered."""
+    cached the memo lets it go (a cached node needs no check). Paths that fail the checks
+    are refused every time, never remembered."""
     reg.put("/s/kept", b"v")
     cache = TreeCache(reg, "/s", exclude=lambda p: p == "/s/skip").start()
     try:
