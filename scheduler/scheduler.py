@@ -32,6 +32,7 @@ from scheduler.clock_skew import ClockSkew
 from scheduler.config import JobConfig, JobType
 from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
+from scheduler.heap_release import release_free_heap
 from scheduler.kinds import JobTarget, make_item_runner
 from scheduler.observe import make_history, serve_http
 from scheduler.runner import JobRunner, Runtime
@@ -327,6 +328,7 @@ class Scheduler:
         for runner in _each(names, self._start_job):
             if runner is not None:
                 runner.begin_firing()
+        release_free_heap()  # the tables the start-up outgrew (scheduler/heap_release.py)
         log.info("scheduler %s started with %d job(s)", self.instance_id, len(names))
 
     def _start_job(self, name: str) -> JobRunner | None:
