@@ -8,8 +8,7 @@ instance's running mark are one node each, whatever the item count.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 from registry.paths import join, parent, shared
 
@@ -50,90 +49,87 @@ def _path(base: str, *names: str) -> str:
     return shared(join(base, *names))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobPaths:
-    """Every path of one job; each is built once (they are read on every fire).
+    """Every path of one job.
 
-    Each is ``registry.paths.shared``: the cache, the watch and the registry key their maps
-    by that same ``str``, so a job's paths are stored once in the process, not once here
-    and again in the maps."""
+    The paths of the nodes every started job has (its root, config, instances, servers,
+    leader, assignment and running marks) are built once, as ``registry.paths.shared``:
+    the cache, the watch and the registry key their maps by that same ``str``, and a fire
+    reads them. The others name nodes that exist now and then (a resharding's flag, the
+    failover queue, a trigger or a shutdown request, a listener's progress) and are built
+    when asked. Hazard: kept here, each was a string of its own and an entry in the
+    interpreter's table of interned strings for every job, whether its node ever existed
+    or not (six a job)."""
 
     job: str
+    root: str = field(init=False, repr=False, compare=False)
+    config: str = field(init=False, repr=False, compare=False)
+    instances: str = field(init=False, repr=False, compare=False)
+    servers: str = field(init=False, repr=False, compare=False)
+    leader: str = field(init=False, repr=False, compare=False)
+    assignment: str = field(init=False, repr=False, compare=False)
+    running: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_job_name(self.job)
-
-    @cached_property
-    def root(self) -> str:
-        return _path("/", self.job)
-
-    @cached_property
-    def config(self) -> str:
-        return _path(self.root, "config")
-
-    @cached_property
-    def instances(self) -> str:
-        return _path(self.root, "instances")
+        root = _path("/", self.job)
+        built = {
+            "root": root,
+            "config": _path(root, "config"),
+            "instances": _path(root, "instances"),
+            "servers": _path(root, "servers"),
+            "leader": _path(root, "leader", "election", "instance"),
+            "assignment": _path(root, "sharding", "assignment"),
+            "running": _path(root, "running"),
+        }
+        for name, path in built.items():
+            object.__setattr__(self, name, path)
 
     def instance(self, instance_id: str) -> str:
         return _path(self.instances, instance_id)
 
-    @cached_property
-    def servers(self) -> str:
-        return _path(self.root, "servers")
-
     def server(self, ip: str) -> str:
         return _path(self.servers, ip)
-
-    @cached_property
-    def leader(self) -> str:
-        return _path(self.root, "leader", "election", "instance")
-
-    @cached_property
-    def necessary(self) -> str:
-        return _path(self.root, "leader", "sharding", "necessary")
-
-    @cached_property
-    def assignment(self) -> str:
-        return _path(self.root, "sharding", "assignment")
-
-    @cached_property
-    def disabled_items(self) -> str:
-        return _path(self.root, "sharding", "disabled")
-
-    @cached_property
-    def running(self) -> str:
-        return _path(self.root, "running")
 
     def running_of(self, instance_id: str) -> str:
         return _path(self.running, instance_id)
 
-    @cached_property
+    # -- nodes that exist now and then: built when asked, not shared --------------------------
+    @property
+    def necessary(self) -> str:
+        return join(self.root, "leader", "sharding", "necessary")
+
+    @property
+    def disabled_items(self) -> str:
+        return join(self.root, "sharding", "disabled")
+
+    @property
     def guarantee(self) -> str:
         """``guarantee/{fire}``: once-per-cluster listeners' progress through a fire."""
-        return _path(self.root, "guarantee")
+        return join(self.root, "guarantee")
 
-    @cached_property
+    @property
     def failover(self) -> str:
-        return _path(self.root, "leader", "failover")
+        return join(self.root, "leader", "failover")
 
-    @cached_property
+    @property
     def failover_items(self) -> str:
-        return _path(self.failover, "items")
+        return join(self.root, "leader", "failover", "items")
 
-    @cached_property
+    @property
     def triggers(self) -> str:
-        return _path(self.root, "trigger")
+        return join(self.root, "trigger")
 
     def trigger(self, instance_id: str) -> str:
-        return _path(self.triggers, instance_id)
+        return join(self.root, "trigger", instance_id)
 
-    @cached_property
+    @property
     def shutdowns(self) -> str:
-        return _path(self.root, "shutdown")
+        return join(self.root, "shutdown")
 
     def shutdown(self, instance_id: str) -> str:
-        return _path(self.shutdowns, instance_id)
+        return join(self.root, "shutdown", instance_id)
 
 
 def _leaf_tails() -> frozenset[tuple[str, ...]]:
