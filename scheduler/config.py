@@ -71,9 +71,13 @@ class JobType(enum.Enum):
     HTTP = "HTTP"
 
 
+#: the props of every config that has none: one proxy, not a dict and a proxy per job
+_NO_PROPS: Mapping[str, str] = MappingProxyType({})
+
+
 def _frozen_props(props: Mapping[str, str]) -> Mapping[str, str]:
     # a private copy: a caller's dict (or the dict behind a caller's proxy) can change later
-    return MappingProxyType(dict(props))
+    return MappingProxyType(dict(props)) if props else _NO_PROPS
 
 
 @dataclass(frozen=True, slots=True)

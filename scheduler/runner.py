@@ -431,13 +431,16 @@ class JobRunner:
             return None
         # the code this process runs decides the kind; the registry decides the rest
         local = self.local_config
-        return stored.with_changes(
+        adopted = stored.with_changes(
             name=local.name,
             job_type=local.job_type,
             script_command_line=local.script_command_line,
             streaming_process=local.streaming_process,
             error_handler=local.error_handler,
         )
+        # the local object when they agree, as they usually do: a second config (with
+        # its cron and strings) per job otherwise lives as long as the job
+        return local if adopted == local else adopted
 
     def _on_job_event(self, event: Event) -> None:
         """Every change under the job's root, handed to the handler of its node: one

@@ -49,3 +49,26 @@ def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> 
             assert service.marks._owner is service
     finally:
         sched.shutdown()
+
+
+def test_a_job_that_adopts_a_stored_config_equal_to_its_own_keeps_its_own() -> None:
+    """Every instance but the first finds its jobs' configs stored and adopts them: when
+    the stored one says what the local one does, the job keeps the local object, not a
+    second config of its own; and configs without props share one empty props map."""
+    url = f"memory://footprint-{uuid.uuid4().hex}"
+    first, second = Scheduler(url), Scheduler(url)
+    for sched in (first, second):
+        for n in range(3):
+            sched.add_job(JobConfig(name=f"job-{n}", cron="0 0 0 1 1 ?"), _noop)
+    try:
+        first.start()
+        second.start()
+        runners = list(second._runners.values())
+        assert len(runners) == 3
+        for runner in runners:
+            assert runner._config is runner.local_config
+        assert len({id(runner.local_config.props) for runner in runners}) == 1
+        assert JobConfig(name="x", props={"a": "b"}).props == {"a": "b"}
+    finally:
+        second.shutdown()
+        first.shutdown()
