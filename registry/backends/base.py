@@ -8,8 +8,9 @@ every backend:
 - callers only ever see their own paths (the namespace is stripped from events and errors);
 - values are bytes of at most ``MAX_VALUE_BYTES``; transactions hold at most
   ``MAX_TXN_OPS`` ops and ``MAX_TXN_BYTES`` of values, and write a path at most once;
-- each watch keeps the versions of the nodes it has reported, so a duplicate or stale
-  notification is dropped and a resynchronisation after a gap emits exactly the difference;
+- each watch keeps the stamp (version) of the nodes it has reported, so a duplicate or
+  stale notification is dropped and a resynchronisation after a gap emits exactly the
+  difference;
 - watch callbacks run in order on one event thread per client, listeners on another, so a
   slow listener never stalls event delivery or the backend's own I/O thread.
 """
@@ -212,7 +213,10 @@ class WatchRegistration:
     callback: EventCallback
     #: the caller's path of a stored one (``Namespace.to_client``)
     to_client: Callable[[str], str] = field(default=str)
-    #: the version reported of each node, by client path
+    #: the stamp reported of each node, by client path: its version, or where a backend
+    #: restarts versions when a node is made again, one int that tells the incarnations
+    #: apart too (``_notify``'s ``stamp``; ZooKeeper's tree watch folds the creation zxid
+    #: in and keeps no map of its own beside this one)
     versions: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
@@ -438,9 +442,15 @@ class BaseRegistry(abc.ABC):
         return self._watches  # every change of a watched store asks: no lock, no copy
 
     def _notify(
-        self, registration: WatchRegistration, kind: EventKind, stored_path: str, node: Node | None
+        self,
+        registration: WatchRegistration,
+        kind: EventKind,
+        stored_path: str,
+        node: Node | None,
+        stamp: int | None = None,
     ) -> None:
-        """Report one raw change; duplicates and stale repeats are dropped here."""
+        """Report one raw change; duplicates and stale repeats are dropped here: a change
+        whose ``stamp`` (default: the node's version) is the one reported last."""
         if not registration.covers(stored_path):
             return
         path = registration.to_client(stored_path)
@@ -453,18 +463,26 @@ class BaseRegistry(abc.ABC):
                 event = Event(EventKind.DELETED, path, None, None)
             else:
                 assert node is not None
-                if known == node.version:
+                if stamp is None:
+                    stamp = node.version
+                if known == stamp:
                     return
                 path = shared(path)
-                registration.versions[path] = node.version
+                registration.versions[path] = stamp
                 real_kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 event = Event(real_kind, path, node.value, node.version)
             self._deliver(registration, [event])
 
     def _resync(
-        self, registration: WatchRegistration, snapshot: Mapping[str, Node], *, emit: bool = True
+        self,
+        registration: WatchRegistration,
+        snapshot: Mapping[str, Node],
+        *,
+        emit: bool = True,
+        stamps: Mapping[str, int] | None = None,
     ) -> None:
-        """Replace a watch's view by ``snapshot`` (stored paths), emitting the difference.
+        """Replace a watch's view by ``snapshot`` (stored paths), emitting the difference;
+        ``stamps`` by stored path where a node's is not its version (``_notify``).
 
         Used for the initial state (``emit`` as the caller asked) and after any gap in
         notifications (reconnect, new session, compaction).
@@ -472,19 +490,25 @@ class BaseRegistry(abc.ABC):
         to_client = registration.to_client
         with registration.lock:
             old = registration.versions
-            fresh = {shared(to_client(p)): n for p, n in snapshot.items() if registration.covers(p)}
+            # client path -> stored path, of the nodes the watch covers
+            fresh = {shared(to_client(p)): p for p in snapshot if registration.covers(p)}
+
+            def stamp_of(stored: str) -> int:
+                return snapshot[stored].version if stamps is None else stamps[stored]
+
             events: list[Event] = []
             gone = sorted((p for p in old if p not in fresh), key=lambda p: (-_depth(p), p))
             for path in gone:
                 events.append(Event(EventKind.DELETED, path, None, None))
             for path in sorted(fresh, key=lambda p: (_depth(p), p)):
-                node = fresh[path]
+                stored = fresh[path]
                 known = old.get(path)
-                if known == node.version:
+                if known == stamp_of(stored):
                     continue
+                node = snapshot[stored]
                 kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 events.append(Event(kind, path, node.value, node.version))
-            registration.versions = {p: n.version for p, n in fresh.items()}
+            registration.versions = {p: stamp_of(stored) for p, stored in fresh.items()}
             if emit and events:
                 self._deliver(registration, events)
 

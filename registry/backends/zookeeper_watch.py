@@ -24,9 +24,12 @@ Invariants kept here:
   (as a scan does; a lone one in a read that arms its watch), applies the answers in the
   notifications' order, and only then reads the new subtrees those answers revealed, in
   one scan;
-- ``_known`` mirrors exactly the nodes this registration has reported, with their
-  creation zxid, so a node deleted and created again between two reads is reported as
-  DELETED then CREATED even though ZooKeeper restarts its version at 0;
+- ``_known`` (the registration's ``versions``) holds exactly the nodes this registration
+  has reported, each with its creation zxid and version folded into one stamp
+  (``_stamp``), so a node deleted and created again between two reads is reported as
+  DELETED then CREATED even though ZooKeeper restarts its version at 0, and a duplicate
+  of either is dropped (``_notify``). One map: a map of creation zxids beside it held
+  another entry per node;
 - ``_known``, ``_kids`` and ``root`` hold the caller's paths (the namespace cut off), the
   ``str`` the cache and kazoo's tables (``zookeeper_watchers``) key the node by too; the
   server's path is made per request (``_server``), since one kept per node, and its
@@ -97,7 +100,6 @@ class TreeWatcher:
         self._submit = submit
         self.synced = False  # the initial read is done: notifications may be acted on
         self.dead = False  # failed to start or cancelled
-        self._known: dict[str, int] = {}  # caller's path -> czxid of every node reported
         #: path -> its known children, only for nodes that have some
         self._kids = ChildIndex()
         #: notifications not yet handled: (is a child event, event type, path)
@@ -108,6 +110,12 @@ class TreeWatcher:
         #: them, not one made per read
         self.data_callback: Callable[[Any], None] = self.on_data
         self.child_callback: Callable[[Any], None] = self.on_child
+
+    @property
+    def _known(self) -> dict[str, int]:
+        """caller's path -> stamp (``_stamp``) of every node reported: the registration's
+        map, which ``_notify`` and ``_resync`` keep (and ``_resync`` replaces)."""
+        return self.registration.versions
 
     @property
     def usable(self) -> bool:
@@ -155,14 +163,19 @@ class TreeWatcher:
         fresh = {shared(path): czxid for path, _, czxid in found}
         # this watch answers for them now
         self._io.known_parents.difference_update(map(self._server, fresh))
-        stale = [p for p, czxid in self._known.items() if fresh.get(p) != czxid]
+        # a node made again since it was reported: DELETED now, CREATED by the resync
+        stale = [p for p, stamp in self._known.items() if fresh.get(p) != _czxid(stamp)]
         for path in sorted(stale, key=_deepest_first):
             self._owner._notify(self.registration, EventKind.DELETED, self._server(path), None)
-        self._known = fresh
+        self._owner._resync(
+            self.registration,
+            {self._server(path): node for path, node, _ in found},
+            emit=emit,
+            stamps={self._server(path): _stamp(czxid, node.version) for path, node, czxid in found},
+        )
         self._kids = ChildIndex()
         for path in fresh:
             self._add_kids(path, kids.get(path, ()))
-        self._owner._resync(self.registration, {self._server(path): node for path, node, _ in found}, emit=emit)
         self.synced = True
 
     def armed(self) -> Rearm:
@@ -340,11 +353,13 @@ class TreeWatcher:
         if isinstance(answer, Exception):
             raise answer
         data, stat = answer
-        if stat.czxid != known:
+        if stat.czxid != _czxid(known):
             self._drop(path)
             adopt.append(path)
             return
-        self._owner._notify(self.registration, EventKind.UPDATED, self._server(path), _node(data, stat))
+        self._owner._notify(
+            self.registration, EventKind.UPDATED, self._server(path), _node(data, stat), _stamp(stat.czxid, stat.version)
+        )
 
     def _adopt(self, paths: list[str]) -> None:
         """Read new nodes and everything below them, arm their watches, report them."""
@@ -357,15 +372,14 @@ class TreeWatcher:
             if path != self.root and parent(path) not in self._known:
                 continue  # its parent vanished between the reads
             previous = self._known.get(path)
-            if previous is not None and previous != czxid:
+            if previous is not None and _czxid(previous) != czxid:
                 self._drop(path)
             path = shared(path)
-            self._known[path] = czxid
             stored = self._server(path)
             self._io.known_parents.discard(stored)  # this watch answers for it now
             if path != self.root:
                 self._kids.add(parent(path), path)
-            self._owner._notify(self.registration, EventKind.CREATED, stored, node)
+            self._owner._notify(self.registration, EventKind.CREATED, stored, node, _stamp(czxid, node.version))
         for path, children in kids.items():
             if path in self._known:
                 self._add_kids(path, children)
@@ -385,7 +399,6 @@ class TreeWatcher:
             gone.append(current)
             stack.extend(self._kids.of(current))
         for current in sorted(gone, key=_deepest_first):
-            self._known.pop(current, None)
             self._kids.pop(current)
             self._owner._notify(self.registration, EventKind.DELETED, self._server(current), None)
         if path != self.root:
@@ -464,6 +477,16 @@ def _outermost(paths: list[str]) -> list[str]:
     chosen = set(unique)
     below_root = "/" in chosen  # ancestors() leaves the root out
     return [p for p in unique if not (p != "/" and below_root) and not any(a in chosen for a in ancestors(p))]
+
+
+def _stamp(czxid: int, version: int) -> int:
+    """A node's creation zxid and version in one int (``_known``): its version alone
+    starts again at 0 when the node is made again."""
+    return czxid << 32 | version
+
+
+def _czxid(stamp: int | None) -> int | None:
+    return None if stamp is None else stamp >> 32
 
 
 def _node(data: bytes | None, stat: Any) -> Node:

@@ -70,3 +70,36 @@ def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
         gate.set()
         writer.close()
         reg.close()
+
+
+def test_a_node_changed_then_made_again_before_its_read_is_reported_deleted_and_created(
+    zk_server: Any,
+) -> None:
+    """One transaction changes a watched node, deletes it and creates it again: its data
+    watch fires once, for the change, and the read it sets off finds the new node at
+    version 0, the version last reported. Its creation zxid, folded into the stamp the
+    watch keeps, tells the two apart: DELETED then CREATED, never a dropped duplicate."""
+    namespace = "/again" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    try:
+        assert isinstance(writer, ZooKeeperRegistry)
+        writer.put("/w/n", b"a")
+        log = EventLog()
+        reg.watch("/w", log, initial=True)
+        log.wait(EventKind.CREATED, "/w/n", b"a")
+        client = writer._io.client
+        multi = client.transaction()
+        multi.set_data(f"{namespace}/w/n", b"x")
+        multi.delete(f"{namespace}/w/n")
+        multi.create(f"{namespace}/w/n", b"b")
+        assert not any(isinstance(result, Exception) for result in multi.commit())
+        created = log.wait(EventKind.CREATED, "/w/n", b"b")
+        assert created.version == 0
+        kinds = [(e.kind, e.value) for e in log.of("/w/n")]
+        assert kinds == [(EventKind.CREATED, b"a"), (EventKind.DELETED, None), (EventKind.CREATED, b"b")]
+        assert reg.flush_events(PROMPT)
+        assert len(log.of("/w/n")) == 3  # and nothing after
+    finally:
+        reg.close()
+        writer.close()
