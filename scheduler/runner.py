@@ -32,6 +32,7 @@ from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.burst_pool import BurstPool
 from scheduler.clock_skew import ClockSkew
+from scheduler.coarse_timer import CoarseTimer
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
@@ -102,6 +103,8 @@ class Runtime:
     #: the registry's clock minus the local one for ``max_time_diff_seconds``, measured at
     #: most once a second for every job (``scheduler/clock_skew.py``)
     clock_skew: ClockSkew
+    #: each job's periodic reconcile, due to the second (``scheduler/coarse_timer.py``)
+    reconciles: CoarseTimer
     observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
     #: brings the namespace to this release's layout, driven by its job leaders
     layout: LayoutUpgrader | None = None
@@ -210,6 +213,7 @@ class JobRunner:
         "_on_shutdown_request",
         "_owed",
         "_parameters",
+        "_reconcile_at",
         "_registered_at",
         "_reported",
         "_rt",
@@ -252,6 +256,8 @@ class JobRunner:
         self._owed: list[float] = []
         self._sharding: ShardingService | None = None
         self._reported: set[bytes] | None = None
+        #: the second the next reconcile is due at (``on_due``); None: none is
+        self._reconcile_at: int | None = None
         # the timer entry of every fire: made once, not a key and a bound method per fire
         # that lived a second each (long enough to burden the oldest GC generation)
         self._fire_key = (config.name, "fire")
@@ -362,7 +368,7 @@ class JobRunner:
     def stop_firing(self) -> None:
         self._halted = True
         self._rt.timer.cancel(self._fire_key)
-        self._rt.timer.cancel((self.name, "reconcile"))
+        self._reconcile_at = None
         self._rt.timer.cancel((self.name, "retry"))
         with self._lock:
             jittered, self._jittered = self._jittered or set(), None
@@ -544,13 +550,16 @@ class JobRunner:
 
     def _schedule_reconcile(self) -> None:
         minutes = self._config.reconcile_interval_minutes
-        key = (self.name, "reconcile")
-        if minutes <= 0 or self._rt.stopping.is_set():
-            self._rt.timer.cancel(key)
+        if minutes <= 0 or self._rt.stopping.is_set() or self._halted:
+            self._reconcile_at = None
             return
-        self._rt.timer.schedule(key, time.time() + minutes * 60, self._on_reconcile)
+        self._reconcile_at = self._rt.reconciles.schedule(self, time.time() + minutes * 60)
 
-    def _on_reconcile(self, _: float) -> None:
+    def on_due(self, second: int) -> None:
+        """The periodic reconcile, due at ``second`` (``CoarseOwner``): ignored when it was
+        rescheduled or the job stopped firing since."""
+        if second != self._reconcile_at:
+            return
         try:
             self.sharding.reconcile()
         except (RegistryError, ShardingError):

@@ -29,6 +29,7 @@ from registry.recipes.cache import TreeCache
 from scheduler.async_loop import AsyncLoop
 from scheduler.burst_pool import BurstPool
 from scheduler.clock_skew import ClockSkew
+from scheduler.coarse_timer import CoarseTimer
 from scheduler.config import JobConfig, JobType
 from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
@@ -313,6 +314,7 @@ class Scheduler:
                 stopping=self._stopping,
                 live=lambda: reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED),
                 clock_skew=ClockSkew(reg, self._clock),
+                reconciles=CoarseTimer(timer, coordinator),
                 observer=self.observers,
                 layout=LayoutUpgrader(reg, cache, commit),
             )
