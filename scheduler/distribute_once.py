@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from registry.errors import NodeExistsError, RegistryError, TransactionError
 from registry.paths import join
@@ -217,12 +217,12 @@ class OncePerCluster(JobListener):
 
 
 def bind_once_per_cluster(
-    listeners: list[JobListener],
+    listeners: Sequence[JobListener],
     reg: RegistryCenter,
     cache: TreeCache,
     sharding: ShardingService,
     submit: Callable[[Callable[[], None]], None],
-) -> list[JobListener]:
+) -> tuple[JobListener, ...]:
     """``listeners`` with each ``DistributeOnceListener`` bound to ``sharding``'s job."""
 
     def participants(run: JobRun) -> frozenset[str] | None:
@@ -232,11 +232,11 @@ def bind_once_per_cluster(
         disabled = sharding.disabled_items()
         return frozenset(instance for instance, items in current.items.items() if set(items) - disabled)
 
-    return [
+    return tuple(
         OncePerCluster(
             listener, reg, cache, sharding.paths, sharding.identity.instance_id, participants, submit
         )
         if isinstance(listener, DistributeOnceListener)
         else listener
         for listener in listeners
-    ]
+    )
