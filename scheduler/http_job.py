@@ -45,6 +45,8 @@ from scheduler.errors import HttpJobFailed, mask_password
 if TYPE_CHECKING:
     import httpx
 
+    from scheduler.timeouts import Deadline
+
 __all__ = [
     "HTTP_METHODS",
     "INSTALL_HINT",
@@ -227,8 +229,10 @@ class HttpItemRunner:
                     if len(read) >= _BODY_LIMIT:
                         break
         except httpx.ConnectTimeout as exc:
+            _expire_if_reached(deadline)
             raise self._failed(f"no connection within {_ms(props.connect_timeout)} ms ({CONNECT_TIMEOUT})") from exc
         except httpx.ReadTimeout as exc:
+            _expire_if_reached(deadline)
             raise self._failed(f"no response within {_ms(props.read_timeout)} ms ({READ_TIMEOUT})") from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise self._failed(f"{type(exc).__name__}: {exc}") from exc
@@ -241,6 +245,15 @@ class HttpItemRunner:
 
     def _failed(self, reason: str) -> HttpJobFailed:
         return HttpJobFailed(self.props.method, self.props.uri, reason=reason)
+
+
+def _expire_if_reached(deadline: Deadline | None) -> None:
+    """A timeout cut to the attempt's deadline ended the request: expire the deadline now,
+    so the item fails with ``JobTimeout``. Hazard: the timer expires it on a coordinator
+    thread, and on a loaded machine the socket's timeout comes first; the item then failed
+    as a request to the URL that timed out, not as the job's timeout."""
+    if deadline is not None and deadline.remaining() <= 0:
+        deadline.expire()
 
 
 def _text(body: bytes, response: httpx.Response) -> str:

@@ -10,6 +10,7 @@ at teardown, and every wait on the scheduler is bounded (``wait_for``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -35,6 +36,7 @@ from scheduler import (
     ShardingContext,
 )
 from scheduler.http_job import HttpItemRunner, HttpUnavailable, check_http_props
+from scheduler.timeouts import Deadline
 from tests.harness import Harness
 from tests.scenarios.workers import EVERY_SECOND, REPO_ROOT, Worker
 from tests.servers.ports import LOOPBACK, free_port
@@ -337,6 +339,23 @@ def test_the_jobs_timeout_ends_a_request_still_waiting(
     run = run_once(sched, runs)
     assert isinstance(run.errors.get(0), JobTimeout), run.errors
     assert run.finished is not None and run.finished - run.started < 3.0, "the request outlived the job's timeout"
+
+
+def test_a_request_cut_at_the_deadline_expires_it_though_no_timer_did(endpoint: Endpoint) -> None:
+    """The request's timeout is cut to the attempt's deadline. When that timeout ends the
+    request before the timer has expired the deadline (a loaded machine), the deadline is
+    expired there and then: the item fails as the job's timeout (the runner maps an
+    expired deadline to ``JobTimeout``), not as the URL's read timeout."""
+    runner = HttpItemRunner(check_http_props({"http.uri": endpoint.url("/slow"), "http.method": "GET"}))
+    deadline = Deadline(0.3)  # armed on no timer: only the request can expire it
+    ctx = dataclasses.replace(ShardingContext("web", "web@-@0", 1, "", 0, None, 1.0, 1), deadline=deadline)
+    try:
+        with pytest.raises(HttpJobFailed):
+            runner(ctx, lambda: True)
+        assert deadline.expired
+    finally:
+        endpoint.release.set()
+        runner.close()
 
 
 def test_a_refused_connection_fails_naming_the_url(harness: Harness, namespace: str, made: list[Scheduler]) -> None:
