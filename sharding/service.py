@@ -164,6 +164,9 @@ class ShardingService:
             # ``executor``: a fire or a resharding waiting there must not queue ahead of the
             # campaign that makes a leader
             defer=rejoin,
+            # its changes come through this service's listeners (``_on_change``,
+            # ``_on_session``): no bound method and table entry of its own per job
+            follow=False,
         )
         self._resharding = Resharding(
             self,
@@ -233,8 +236,6 @@ class ShardingService:
         if self._phase in (_Phase.NEW, _Phase.STOPPING):
             return
         self._phase = _Phase.STOPPING
-        self._cache.remove_listener(self._on_change, under=self.paths.root)
-        self._reg.remove_listener(self._on_session)
         try:
             # leave membership first, so the next leader computes without this instance;
             # with failover, leave the last fire behind so the fires until the hand-over
@@ -251,6 +252,10 @@ class ShardingService:
             self._election.stop()
         except RegistryError:
             log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
+        finally:
+            # only now: until it stopped, the election followed its node through them
+            self._cache.remove_listener(self._on_change, under=self.paths.root)
+            self._reg.remove_listener(self._on_session)
         if self._own_cache:
             self._cache.close()
 
@@ -537,9 +542,13 @@ class ShardingService:
     def _on_change(self, event: Event) -> None:
         if not is_below(event.path, self.paths.root):
             return
+        if event.path == self.paths.leader:
+            self._election.on_event(event)  # it follows its node through us (``follow``)
+        if self.stopping:
+            return  # leaving: nothing but the election reacts any more
         own_node_gone = event.path == self.membership.path and event.kind is EventKind.DELETED
         live = self._reg.state in (SessionState.CONNECTED, SessionState.RECONNECTED)
-        if own_node_gone and live and not self.stopping:
+        if own_node_gone and live:
             # never shut down because our node vanished (ElasticJob does): register again
             self._rejoin_later()
         if event.path == self.paths.assignment:
@@ -552,10 +561,12 @@ class ShardingService:
         self.schedule_evaluation()
 
     def _on_session(self, state: SessionState) -> None:
-        if state is SessionState.LOST:
-            self.membership.lost()  # no fire marks (to be refused) until registered again
-        if state is SessionState.CONNECTED and not self.stopping:
-            self._rejoin_later()
+        if not self.stopping:
+            if state is SessionState.LOST:
+                self.membership.lost()  # no fire marks (to be refused) until registered again
+            if state is SessionState.CONNECTED:
+                self._rejoin_later()
+        self._election.on_session(state)  # it follows the session through us (``follow``)
 
     def _rejoin_later(self) -> None:
         try:

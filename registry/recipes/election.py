@@ -28,6 +28,10 @@ which every watch and listener of the client shares; a campaign run there holds 
 for its round trips. With ``defer`` those campaigns run where it puts them: after a
 session expired at 10,000 jobs, 10,000 campaigns one after the other on the event thread
 held back every cache update for minutes, and with them every job's re-registration.
+
+With ``follow=False`` the election adds no listener of its own: its owner hands it every
+change of the election's node (``on_event``) and of the session (``on_session``) from
+the listeners the owner keeps anyway, as a sharding service does for each of its jobs.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class LeaderElection:
         "_cache",
         "_commit",
         "_defer",
+        "_follow",
         "_identifier",
         "_lock",
         "_on_elected",
@@ -94,8 +99,14 @@ class LeaderElection:
         cache: TreeCache | None = None,
         commit: Commit | None = None,
         defer: Callable[[Callable[[], object]], object] | None = None,
+        follow: bool = True,
     ) -> None:
         self._reg = reg
+        #: False: the owner hands over the election's changes (``on_event``, ``on_session``)
+        #: from listeners it has anyway. Hazard: each listener is a bound method and an
+        #: entry in the cache's and the registry's tables, two more a job for a service
+        #: that runs thousands
+        self._follow = follow
         # the campaign's and resignation's transactions (a group commit when given)
         self._commit = reg.transaction if commit is None else commit
         # with a cache that covers the path, follow it through the cache's one watch
@@ -151,11 +162,12 @@ class LeaderElection:
                 return
             self._started = True
             self._participating = participate
-        self._reg.add_listener(self._on_session)
-        if self._cache is not None:
-            self._cache.add_listener(self._on_event, under=self._path)
-        else:
-            self._watch = self._reg.watch(self._path, self._on_event)
+        if self._follow:
+            self._reg.add_listener(self.on_session)
+            if self._cache is not None:
+                self._cache.add_listener(self.on_event, under=self._path)
+            else:
+                self._watch = self._reg.watch(self._path, self.on_event)
         self.campaign()
 
     def withdraw(self) -> None:
@@ -174,9 +186,10 @@ class LeaderElection:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        if self._cache is not None:
-            self._cache.remove_listener(self._on_event, under=self._path)
-        self._reg.remove_listener(self._on_session)
+        if self._follow:
+            if self._cache is not None:
+                self._cache.remove_listener(self.on_event, under=self._path)
+            self._reg.remove_listener(self.on_session)
         self.resign()
 
     def resign(self) -> None:
@@ -281,7 +294,9 @@ class LeaderElection:
         self._elected()
         return True
 
-    def _on_event(self, event: Event) -> None:
+    def on_event(self, event: Event) -> None:
+        """A change at or below the election's path (any other is ignored): its own
+        listener's, or handed over by the owner of an election made with ``follow=False``."""
         if event.path != self._path:
             return
         if event.kind is EventKind.DELETED:
@@ -291,7 +306,8 @@ class LeaderElection:
                 self._revoked()
             self._campaign_later()
 
-    def _on_session(self, state: SessionState) -> None:
+    def on_session(self, state: SessionState) -> None:
+        """A session change: its own listener's, or handed over (``follow=False``)."""
         if state is SessionState.LOST:
             with self._lock:
                 version, self._version = self._version, None

@@ -118,3 +118,29 @@ def test_a_term_advanced_from_the_cache_takes_its_version_from_it_not_from_a_rea
         assert TERM not in term_reads
     finally:
         cache.close()
+
+
+def test_an_election_that_does_not_follow_reacts_only_to_what_its_owner_hands_over(
+    harness: Harness, reg: BaseRegistry
+) -> None:
+    """``follow=False``: no listener of its own, so a deleted leader node means nothing to
+    it until its owner (a sharding service, from the listeners it has anyway) hands the
+    event over; then it campaigns as one that follows would."""
+    cache = TreeCache(reg, ROOT).start()
+    handed: list[Any] = []
+    cache.add_listener(handed.append, under=LEADER)
+    made = LeaderElection(reg, LEADER, "a", cache=cache, follow=False)
+    made.start()
+    other = peer(harness, reg)
+    try:
+        assert made.is_leader
+        other.delete(LEADER)
+        wait_for(lambda: any(e.kind is EventKind.DELETED for e in handed), PROMPT)
+        assert reg.flush_events(PROMPT), "events were not drained in time"
+        assert made.is_leader and other.get(LEADER) is None  # it heard nothing: no campaign
+        for event in list(handed):
+            made.on_event(event)
+        assert made.is_leader and other.get(LEADER) == b"a"  # it lost its node and won again
+    finally:
+        made.stop()
+        cache.close()

@@ -13,12 +13,14 @@ from scheduler import JobConfig, Scheduler, ShardingContext
 from sharding.service import ShardingService
 
 JOBS = 40
-#: the bound methods a job's objects hand out as callbacks: its runner's timer, reconcile,
-#: assignment and job-event callbacks, its resharding's two, its service's cache, session
-#: and election callbacks and its membership's ``cancelled``, its election's two. Each is
-#: an 80-byte object per job; the run marks ask the service itself (``MarksOwner``), where
-#: a bound method per question held three more
-BOUND_METHODS_PER_JOB = 12
+#: the bound methods a job's objects hand out as callbacks: its runner's timer, assignment
+#: and job-event callbacks, its resharding's two, its service's cache, session and election
+#: callbacks and its membership's ``cancelled``. Each is an 80-byte object per job. The run
+#: marks ask the service itself (``MarksOwner``), where a bound method per question held
+#: three more; the election hears of its node and the session through the service's
+#: listeners (``follow=False``), where its own held two more; the runner is its reconcile's
+#: owner (``CoarseTimer``), where its timer entry held one more
+BOUND_METHODS_PER_JOB = 9
 
 
 def _noop(ctx: ShardingContext) -> None:
