@@ -247,14 +247,15 @@ class JobRunner:
         self.paths = JobPaths(config.name)
         # Per-job state is what 10,000 jobs in one process multiply: what most jobs never
         # use (a waiter on the run's end, jitter, a corrupt configuration) is made on first
-        # use, and the owed fires are a list (56 bytes empty; a deque takes 760).
+        # use (the owed fires too: a list, made by the first fire owed; a deque took 760
+        # bytes, an empty list 56).
         self._lock = threading.Lock()
         self._idle: threading.Condition | None = None  # made by wait_idle, under _lock
         self._running = False
         # fires owed, oldest first: a misfire (coalesced to one, as ElasticJob) and, with
         # failover, every fire missed while the session was down (each one, the newest
-        # MAX_MISSED_FIRES)
-        self._owed: list[float] = []
+        # MAX_MISSED_FIRES); None until one is, under _lock
+        self._owed: list[float] | None = None
         self._sharding: ShardingService | None = None
         self._reported: set[bytes] | None = None
         #: the second the next reconcile is due at (``on_due``); None: none is
@@ -776,6 +777,8 @@ class JobRunner:
         """Remember a fire that cannot run now (lock held), as ``JobConfig.owed_fires`` says."""
         policy = self._config.owed_fires
         if policy is OwedFires.EVERY:
+            if self._owed is None:
+                self._owed = []
             owed = self._owed
             if fire_time not in owed:
                 owed.append(fire_time)
@@ -785,7 +788,7 @@ class JobRunner:
             what = "owed until the session is back" if session_down else "owed until the run ends"
         elif policy is OwedFires.ONE:
             if not self._owed:
-                self._owed.append(fire_time)
+                self._owed = [fire_time]
             what = "remembered as a misfire"
         else:
             what = "skipped"
@@ -801,7 +804,7 @@ class JobRunner:
         leader queues them for the items' new owners); replaying them here would run them
         twice."""
         with self._lock:
-            self._owed.clear()
+            self._owed = None
 
     def resume(self) -> None:
         """The session is back, or a retry is due: remove a running mark left in doubt,

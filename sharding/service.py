@@ -150,7 +150,9 @@ class ShardingService:
         self._evaluation_pending = False
         self._phase = _Phase.NEW
         self._reported_corrupt: set[tuple[str, int]] | None = None  # made on first use
-        self._assignment_listeners: list[Callable[[], None]] = []
+        # a tuple, replaced when one is added (once, at a runner's start): a list per job
+        # was 88 bytes for its one listener
+        self._assignment_listeners: tuple[Callable[[], None], ...] = ()
         #: this instance's running mark: the fencing point of every run
         self.marks = RunMarks(reg, self.paths, identity.instance_id, self._cache, self)
         self._election = LeaderElection(
@@ -274,7 +276,8 @@ class ShardingService:
 
     def add_assignment_listener(self, listener: Callable[[], None]) -> None:
         """Called (on the registry's event thread) whenever the job's assignment node changes."""
-        self._assignment_listeners.append(listener)
+        with self._state_lock:
+            self._assignment_listeners = (*self._assignment_listeners, listener)
 
     # -- reads (from the cache: no round trip) ------------------------------------------
     def online_instances(self) -> list[str]:
@@ -552,7 +555,7 @@ class ShardingService:
             # never shut down because our node vanished (ElasticJob does): register again
             self._rejoin_later()
         if event.path == self.paths.assignment:
-            for listener in list(self._assignment_listeners):
+            for listener in self._assignment_listeners:
                 listener()
         if event.kind is EventKind.DELETED and parent(event.path) == self.paths.instances:
             self._resharding.marks_may_be_left()

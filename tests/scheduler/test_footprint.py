@@ -49,6 +49,9 @@ def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> 
         assert len(held) <= BOUND_METHODS_PER_JOB, held
         for service in services:
             assert service.marks._owner is service
+        # no list per job for what most jobs never hold or hold one of
+        assert all(runner._owed is None and runner._listeners == () for runner in runners)
+        assert all(type(service._assignment_listeners) is tuple for service in services)
     finally:
         sched.shutdown()
 
