@@ -49,8 +49,10 @@ class TreeCache:
         #: event was applied, and reads find it without them), and a present node named
         #: by the rare calls that check it anyway (``children``) is not kept. Hazard: a
         #: set keeps the table size of its peak, reached while jobs start and read their
-        #: nodes before they exist, so this bounds the entries, not that table
+        #: nodes before they exist (2 MiB at 10,000 jobs); so once more paths left it than
+        #: are in it, it is copied to a table of its size (``_forget_checked``)
         self._checked: set[str] = set()
+        self._checked_left = 0
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer.
         #: A node with an empty value (seven of a job's thirteen: the parents) is its bare
@@ -234,7 +236,8 @@ class TreeCache:
                 path = shared(event.path)
                 version = event.version if event.version is not None else -1
                 self._nodes[path] = (event.value, version) if event.value else version
-                self._checked.discard(path)
+                if path in self._checked:
+                    self._forget_checked(path)
                 if path != self._root:
                     self._kids.add(parent(path), path)
             self._changed.notify_all()
@@ -247,6 +250,17 @@ class TreeCache:
             targets = [fn for p in lineage for fn in self._listeners.get(p, ())]
         for listener in targets:
             listener(event)
+
+
+    def _forget_checked(self, path: str) -> None:
+        """``path`` is cached: out of the memo, which is copied once more paths left it than
+        it holds (a copy per as many discards: O(1) each, amortised). Not locked, as the
+        memo's other writers (``_check``): a path lost to a race is checked again."""
+        self._checked.discard(path)
+        self._checked_left += 1
+        if self._checked_left > len(self._checked):
+            self._checked = set(self._checked)
+            self._checked_left = 0
 
 
 def _self_and_ancestors(path: str) -> list[str]:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from registry.backends.base import BaseRegistry
-from registry.protocol import Event, EventKind
+from registry.protocol import Create, Event, EventKind
 from registry.recipes.cache import TreeCache
 from tests.waiting import blocked_in, wait_for
 
@@ -234,6 +234,26 @@ def test_a_resync_reports_what_went_away_children_first_up_to_a_namespace_root(r
     assert reg.flush_events(PROMPT)
     assert [e.path for e in events if e.kind is EventKind.DELETED] == sorted(known, reverse=True)
     assert registration.versions == {}
+
+
+def test_the_memo_of_checked_paths_shrinks_once_its_paths_are_cached(reg: BaseRegistry) -> None:
+    """Jobs starting read their nodes before they exist, so the memo peaks then; once
+    those nodes are cached it holds none of them, and its table is no larger than what it
+    holds (a set alone keeps the table of its peak)."""
+    cache = TreeCache(reg, "/m").start()
+    paths = [f"/m/flag{n}" for n in range(1000)]
+    try:
+        empty = sys.getsizeof(cache._checked)
+        assert all(cache.get(path) is None for path in paths)
+        assert len(cache._checked) == len(paths)
+        peak = sys.getsizeof(cache._checked)
+        for start in range(0, len(paths), 100):
+            reg.transaction([Create(path, b"1") for path in paths[start : start + 100]])
+        wait_for(lambda: all(cache.exists(path) for path in paths), PROMPT)
+        assert cache._checked == set()
+        assert sys.getsizeof(cache._checked) <= empty < peak
+    finally:
+        cache.close()
 
 
 def test_the_cache_remembers_a_checked_path_only_while_it_is_absent(reg: BaseRegistry) -> None:
