@@ -20,7 +20,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -128,13 +128,29 @@ class Runtime:
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
+    return _settings(
+        config.sharding_total_count,
+        config.sharding_strategy,
+        config.monitor_execution,
+        config.static_sharding,
+        config.failover,
+        60.0 * config.server_expiry_minutes,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _settings(
+    total: int, strategy: str, monitor: bool, static: bool, failover: bool, expiry: float
+) -> ShardingSettings:
+    """One frozen object for every job with the same settings (most jobs of a process
+    share them), where one each was 80 bytes a job."""
     return ShardingSettings(
-        total=config.sharding_total_count,
-        strategy=config.sharding_strategy,
-        monitor_execution=config.monitor_execution,
-        static=config.static_sharding,
-        failover=config.failover,
-        server_expiry_seconds=60.0 * config.server_expiry_minutes,
+        total=total,
+        strategy=strategy,
+        monitor_execution=monitor,
+        static=static,
+        failover=failover,
+        server_expiry_seconds=expiry,
     )
 
 
@@ -203,7 +219,6 @@ class JobRunner:
         "_delay",
         "_error_handler",
         "_fire_callback",
-        "_fire_key",
         "_halted",
         "_idle",
         "_item_runner",
@@ -260,9 +275,9 @@ class JobRunner:
         self._reported: set[bytes] | None = None
         #: the second the next reconcile is due at (``on_due``); None: none is
         self._reconcile_at: int | None = None
-        # the timer entry of every fire: made once, not a key and a bound method per fire
-        # that lived a second each (long enough to burden the oldest GC generation)
-        self._fire_key = (config.name, "fire")
+        # the timer entry of every fire: its callback made once, not a bound method per
+        # fire that lived a second each (long enough to burden the oldest GC generation);
+        # its key is the runner itself (``_fire_key``)
         self._fire_callback = self._on_timer
         self._parameters: tuple[JobConfig, dict[int, str]] | None = None
         #: the jitter chosen for the fire holding the run slot (lateness leaves it out)
@@ -278,6 +293,12 @@ class JobRunner:
     @property
     def name(self) -> str:
         return self.local_config.name
+
+    @property
+    def _fire_key(self) -> Hashable:
+        """The timer key of the job's fires: the runner itself (hashed by identity), where
+        a tuple of its name was 56 bytes a job."""
+        return self
 
     @property
     def config(self) -> JobConfig:

@@ -52,6 +52,12 @@ def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> 
         # no list per job for what most jobs never hold or hold one of
         assert all(runner._owed is None and runner._listeners == () for runner in runners)
         assert all(type(service._assignment_listeners) is tuple for service in services)
+        # jobs with equal settings share one settings object; a fire's timer key is its runner
+        assert len({id(service.settings) for service in services}) == 1
+        # and equal assignments' items one read-only map
+        current = [service.current() for service in services]
+        assert len({id(assignment.items) for assignment in current if assignment is not None}) == 1
+        assert all(runner._rt.timer.pending(runner) is not None for runner in runners)
     finally:
         sched.shutdown()
 
