@@ -115,21 +115,21 @@ class JobPaths:
 
     @property
     def failover_items(self) -> str:
-        return join(self.root, "leader", "failover", "items")
+        return join(self.failover, "items")
 
     @property
     def triggers(self) -> str:
         return join(self.root, "trigger")
 
     def trigger(self, instance_id: str) -> str:
-        return join(self.root, "trigger", instance_id)
+        return join(self.triggers, instance_id)
 
     @property
     def shutdowns(self) -> str:
         return join(self.root, "shutdown")
 
     def shutdown(self, instance_id: str) -> str:
-        return join(self.root, "shutdown", instance_id)
+        return join(self.shutdowns, instance_id)
 
 
 def _leaf_tails() -> frozenset[tuple[str, ...]]:

@@ -167,11 +167,12 @@ class TreeWatcher:
         stale = [p for p, stamp in self._known.items() if fresh.get(p) != _czxid(stamp)]
         for path in sorted(stale, key=_deepest_first):
             self._owner._notify(self.registration, EventKind.DELETED, self._server(path), None)
+        stored = [(self._server(path), node, czxid) for path, node, czxid in found]
         self._owner._resync(
             self.registration,
-            {self._server(path): node for path, node, _ in found},
+            {path: node for path, node, _ in stored},
             emit=emit,
-            stamps={self._server(path): _stamp(czxid, node.version) for path, node, czxid in found},
+            stamps={path: _stamp(czxid, node.version) for path, node, czxid in stored},
         )
         self._kids = ChildIndex()
         for path in fresh:
