@@ -37,6 +37,7 @@ from registry.protocol import Create, Delete, Node, Op, RegistryCenter, Set
 from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
 from registry.recipes.versioned import update
+from registry.shared_values import shared_value
 from sharding.assignment import CorruptNodeError
 from sharding.errors import ShardingError
 from sharding.instance import InstanceIdentity
@@ -185,7 +186,8 @@ class Membership:
         with self._lock:
             while True:
                 fresh = self._value is None  # a new value (it holds a timestamp) is ours alone
-                value = self._value or self.identity.node_value()
+                # shared: the cache keeps the same object once the node's event comes back
+                value = self._value or shared_value(self.identity.node_value())
                 # kept before the create: one the server applied but whose answer was lost
                 # (a dropped connection) left a node of this value, to be adopted on the
                 # next try, not waited out as another session's

@@ -52,6 +52,7 @@ from registry.protocol import (
     Set,
     Watch,
 )
+from registry.shared_values import shared_number
 from registry.text_enum import TextEnum
 from registry.url import DEFAULT_MAX_TXN_OPS, RegistryURL
 
@@ -468,7 +469,7 @@ class BaseRegistry(abc.ABC):
                 if known == stamp:
                     return
                 path = shared(path)
-                registration.versions[path] = stamp
+                registration.versions[path] = shared_number(stamp)
                 real_kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 event = Event(real_kind, path, node.value, node.version)
             self._deliver(registration, [event])
@@ -508,7 +509,7 @@ class BaseRegistry(abc.ABC):
                 node = snapshot[stored]
                 kind = EventKind.CREATED if known is None else EventKind.UPDATED
                 events.append(Event(kind, path, node.value, node.version))
-            registration.versions = {p: stamp_of(stored) for p, stored in fresh.items()}
+            registration.versions = {p: shared_number(stamp_of(stored)) for p, stored in fresh.items()}
             if emit and events:
                 self._deliver(registration, events)
 

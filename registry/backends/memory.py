@@ -35,6 +35,7 @@ from registry.children import ChildIndex
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent, shared
 from registry.protocol import Characteristic, Create, Delete, EventKind, Node, Op, SessionState, Set
+from registry.shared_values import shared_value
 from registry.url import RegistryURL
 
 __all__ = ["MemoryRegistry", "MemoryStore"]
@@ -46,7 +47,7 @@ __all__ = ["MemoryRegistry", "MemoryStore"]
 #: it. Plain tuples and ints, not objects: they drop out of the garbage collector's lists,
 #: and a scheduler's store holds a dozen nodes per job (an object each made every full
 #: collection walk them, a pause that landed on fires); the bare version spares a tuple's
-#: 64 bytes per parent
+#: 64 bytes per parent; a value equal to other nodes' is one object (``shared_value``)
 _Entry = int | tuple[bytes, int] | tuple[bytes, int, int]
 #: a node as a transaction sees it: (value, version — None when written earlier in the
 #: same transaction, owning session or None)
@@ -54,6 +55,7 @@ _Staged = tuple[bytes, int | None, int | None]
 
 
 def _entry(value: bytes, version: int, owner: int | None) -> _Entry:
+    value = shared_value(value)
     if owner is not None:
         return (value, version, owner)
     return (value, version) if value else version

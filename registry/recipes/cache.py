@@ -18,10 +18,15 @@ from registry.children import ChildIndex
 from registry.errors import RegistryError
 from registry.paths import basename, excluded_below, is_below, parent, shared, validate_path
 from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
+from registry.shared_values import shared_number, shared_value
 
 __all__ = ["TreeCache"]
 
 ChangeListener = Callable[[Event], None]
+
+#: a cached node: its version when its value is empty, its value when its version is 0,
+#: else both (``TreeCache._nodes``)
+_Entry = tuple[bytes, int] | bytes | int
 
 #: absent paths ``_check`` remembers as valid (bounded: arbitrary reads cannot pile up)
 _CHECKED_MEMO = 65_536
@@ -56,8 +61,11 @@ class TreeCache:
         #: (value, version) by path: plain tuples, which the garbage collector stops
         #: tracking, where Node objects (a dozen per job) made each full collection longer.
         #: A node with an empty value (seven of a job's thirteen: the parents) is its bare
-        #: version, which spares the tuple's 80 bytes.
-        self._nodes: dict[str, tuple[bytes, int] | int] = {}
+        #: version, and a node of version 0 with a value (ZooKeeper's never-changed node:
+        #: a job's config, registration, election and servers) is its bare value: each
+        #: spares the tuple's 56 bytes. Values and versions equal to other nodes' are one
+        #: object (``registry.shared_values``).
+        self._nodes: dict[str, _Entry] = {}
         #: children by parent, only for nodes that have some
         self._kids = ChildIndex()
         #: reentrant: a ``wait_until`` predicate reads the cache under it
@@ -132,13 +140,17 @@ class TreeCache:
         entry = self._entry(path)
         if entry is None:
             return None
-        return b"" if isinstance(entry, int) else entry[0]
+        if isinstance(entry, int):
+            return b""
+        return entry if isinstance(entry, bytes) else entry[0]
 
     def get_node(self, path: str) -> Node | None:
         entry = self._entry(path)
         if entry is None:
             return None
-        return Node(b"", entry) if isinstance(entry, int) else Node(*entry)
+        if isinstance(entry, int):
+            return Node(b"", entry)
+        return Node(entry, 0) if isinstance(entry, bytes) else Node(*entry)
 
     def exists(self, path: str) -> bool:
         return self._entry(path) is not None
@@ -148,7 +160,7 @@ class TreeCache:
         entry = self._entry(path)
         if entry is None or isinstance(entry, int):
             return entry
-        return entry[1]
+        return 0 if isinstance(entry, bytes) else entry[1]
 
     def children(self, path: str) -> list[str]:
         self._check(path)
@@ -200,8 +212,8 @@ class TreeCache:
             self._path_waits[under] = (condition, waiters - 1)
 
     # -- maintenance -----------------------------------------------------------------------
-    def _entry(self, path: str) -> tuple[bytes, int] | int | None:
-        """The node's entry in ``_nodes`` (a bare version for an empty value)."""
+    def _entry(self, path: str) -> _Entry | None:
+        """The node's entry in ``_nodes`` (``_Entry``)."""
         # one dict read is atomic: no lock on the path every fire takes
         entry = self._nodes.get(path)
         if entry is None:  # a cached node passed the checks when its event was applied
@@ -234,8 +246,13 @@ class TreeCache:
             else:
                 assert event.value is not None
                 path = shared(event.path)
-                version = event.version if event.version is not None else -1
-                self._nodes[path] = (event.value, version) if event.value else version
+                version = shared_number(event.version) if event.version is not None else -1
+                value = event.value
+                if not value:
+                    self._nodes[path] = version
+                else:
+                    value = shared_value(value)
+                    self._nodes[path] = value if version == 0 else (value, version)
                 if path in self._checked:
                     self._forget_checked(path)
                 if path != self._root:

@@ -56,6 +56,7 @@ from registry.protocol import (
 )
 from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
+from registry.shared_values import shared_value
 
 __all__ = ["LeaderElection"]
 
@@ -113,7 +114,7 @@ class LeaderElection:
         # instead of a watch of our own (1,000 jobs: one watch, not 1,000)
         self._cache = cache if cache is not None and is_below(path, cache.root) else None
         self._path = path
-        self._identifier = identifier.encode()
+        self._identifier = shared_value(identifier.encode())  # every job's election: one id
         self._on_elected = on_elected
         self._on_revoked = on_revoked
         #: where campaigns that an event or a session change calls for run (None: inline)

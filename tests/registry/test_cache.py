@@ -197,6 +197,45 @@ def test_a_node_with_an_empty_value_is_cached_as_its_bare_version(reg: BaseRegis
         cache.close()
 
 
+def test_a_node_of_version_0_is_cached_as_its_bare_value(reg: BaseRegistry) -> None:
+    """A node never changed since it was made has version 0 on ZooKeeper (a job's config,
+    registration, election and servers): the cache keeps its value alone, and reads it
+    back as the registry has it, also once a change gives it a version of its own. On
+    memory and etcd a version is a revision, never 0: the reads agree there too."""
+    reg.put("/s/fresh", b"v")
+    cache = TreeCache(reg, "/s").start()
+    try:
+        for value in (None, b"w", b""):
+            if value is not None:
+                reg.put("/s/fresh", value)
+            expected = reg.get_node("/s/fresh")
+            assert expected is not None
+            wait_for(functools.partial(_cached_version_is, cache, "/s/fresh", expected.version), PROMPT)
+            assert cache.get("/s/fresh") == expected.value
+            assert cache.get_node("/s/fresh") == expected
+            assert cache.version("/s/fresh") == expected.version
+            entry = cache._nodes["/s/fresh"]
+            assert isinstance(entry, bytes) is (expected.version == 0 and expected.value != b"")
+            assert isinstance(entry, int) is (expected.value == b"")
+    finally:
+        cache.close()
+
+
+def test_equal_values_of_nodes_are_one_object_in_the_cache(reg: BaseRegistry) -> None:
+    """A value many nodes hold (``ENABLED`` in every job's servers node) is kept once,
+    whether the node was loaded at the start or arrived as an event, though each read
+    and event made its own bytes of it."""
+    reg.put("/s/a", bytes(bytearray(b"ENABLED")))  # two equal values, two objects
+    cache = TreeCache(reg, "/s").start()
+    try:
+        reg.put("/s/b", bytes(bytearray(b"ENABLED")))
+        wait_for(lambda: cache.exists("/s/b"), PROMPT)
+        assert cache.get("/s/a") == b"ENABLED"
+        assert cache.get("/s/a") is cache.get("/s/b")
+    finally:
+        cache.close()
+
+
 def test_a_watch_remembers_the_paths_it_leaves_out_and_no_node_it_reports(reg: BaseRegistry) -> None:
     """Every change a watch with ``exclude`` hears is asked "is this mine": it remembers
     the paths it left out (a running mark changes on every fire), but not the nodes it

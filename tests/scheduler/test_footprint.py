@@ -83,3 +83,27 @@ def test_a_job_that_adopts_a_stored_config_equal_to_its_own_keeps_its_own() -> N
     finally:
         second.shutdown()
         first.shutdown()
+
+
+def test_the_values_every_job_writes_alike_are_one_object() -> None:
+    """Every job's servers node holds ``ENABLED`` and its election node this instance's
+    id: the store and the cache keep one object of each for all the jobs, and every
+    job's election its one id (``registry.shared_values``)."""
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    for n in range(JOBS):
+        sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?"), _noop)
+    try:
+        sched.start()
+        services = [runner.sharding for runner in sched._runners.values()]
+        runtime = sched.runtime
+        assert runtime is not None
+        cache, store = runtime.cache, sched.registry
+        ip = services[0].identity.ip
+        for read in (cache.get, store.get):
+            elected = {id(read(service.paths.leader)) for service in services}
+            enabled = {id(read(service.paths.server(ip))) for service in services}
+            assert len(elected) == 1 and len(enabled) == 1
+        assert len({id(service._election._identifier) for service in services}) == 1
+        assert cache.get(services[0].paths.leader) == sched.instance_id.encode()
+    finally:
+        sched.shutdown()

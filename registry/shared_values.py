@@ -1,0 +1,53 @@
+"""One object for equal small values and numbers that many nodes hold at once.
+
+Hazard: a process of thousands of jobs holds the same values at the same place in every
+job (``ENABLED``, this instance's registration, the elected instance's id, an assignment
+of the same items), and the same number in every node one transaction wrote (its
+revision, or ZooKeeper's creation stamp), yet every read and every event makes its own
+``bytes`` or ``int`` object of them; the cache and a watch's reported versions keep those
+for as long as the node lives.
+
+Trick: a bounded table maps a value to the first equal object seen, and the maps that
+keep a node's value or number store what the table gives. The table is cleared when it
+fills, so values seen once (a job's config, a run's mark) cost a slot for a while and
+nothing after, and an object leaves memory once no node holds it. A clear only means an
+equal value met next is kept as a new object; no caller relies on identity. Tables are
+plain dicts read and written without a lock: each call is one atomic ``setdefault``,
+and a race costs a second equal object, never a wrong one.
+"""
+
+from __future__ import annotations
+
+__all__ = ["shared_number", "shared_value"]
+
+#: a longer value is its job's own (a config); comparing and keeping it saves nothing
+_LONGEST_SHARED = 512
+#: entries a table keeps before it starts again: at most about 150 KiB of values no node
+#: holds any more. A value every job holds alike is kept again once per clear: at 10,000
+#: jobs a few dozen copies, where each job held its own
+_TABLE_SIZE = 1024
+
+_values: dict[bytes, bytes] = {}
+_numbers: dict[int, int] = {}
+
+
+def shared_value(value: bytes) -> bytes:
+    """The one object kept for ``value`` while the table holds it; ``value`` itself for
+    a value longer than 512 bytes."""
+    if len(value) > _LONGEST_SHARED:
+        return value
+    table = _values
+    if len(table) >= _TABLE_SIZE:
+        table.clear()
+    return table.setdefault(value, value)
+
+
+def shared_number(number: int) -> int:
+    """The one object kept for ``number`` while the table holds it (CPython keeps one of
+    each small int, -5 to 256, itself)."""
+    if -5 <= number <= 256:
+        return number
+    table = _numbers
+    if len(table) >= _TABLE_SIZE:
+        table.clear()
+    return table.setdefault(number, number)

@@ -1,0 +1,52 @@
+"""registry/shared_values.py: equal small values and numbers come back as one object,
+long values as themselves, and a full table starts again without losing a value."""
+
+from __future__ import annotations
+
+import pytest
+
+import registry.shared_values as shared_values
+from registry.shared_values import shared_number, shared_value
+
+
+def _fresh_bytes(text: str) -> bytes:
+    return bytes(bytearray(text.encode()))  # equal to the literal, an object of its own
+
+
+def _fresh_int(n: int) -> int:
+    return int(str(n))
+
+
+def test_equal_values_come_back_as_the_first_object_seen() -> None:
+    first, second = _fresh_bytes("ENABLED-test"), _fresh_bytes("ENABLED-test")
+    assert first is not second
+    assert shared_value(first) is first
+    assert shared_value(second) is first
+
+
+def test_a_value_longer_than_512_bytes_is_its_own() -> None:
+    first, second = _fresh_bytes("x" * 513), _fresh_bytes("x" * 513)
+    assert shared_value(first) is first
+    assert shared_value(second) is second
+
+
+def test_equal_numbers_come_back_as_the_first_object_seen() -> None:
+    big = (7 << 32) | 3
+    first, second = _fresh_int(big), _fresh_int(big)
+    assert first is not second
+    assert shared_number(first) is first
+    assert shared_number(second) is first
+    assert shared_number(_fresh_int(-2)) == -2
+
+
+def test_a_full_table_starts_again_and_still_gives_equal_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_values, "_TABLE_SIZE", 8)
+    monkeypatch.setattr(shared_values, "_values", {})
+    monkeypatch.setattr(shared_values, "_numbers", {})
+    for i in range(100):
+        value = _fresh_bytes(f"value-{i}")
+        assert shared_value(value) == value
+        assert shared_number(_fresh_int(1000 + i)) == 1000 + i
+        assert len(shared_values._values) <= 8 and len(shared_values._numbers) <= 8
+    kept = shared_value(_fresh_bytes("value-99"))
+    assert shared_value(_fresh_bytes("value-99")) is kept
