@@ -108,7 +108,9 @@ class Resharding:
         self._missed_fires = missed_fires
         self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
         #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
-        self._ran_at_fence: dict[int, tuple[float, str]] = {}
+        #: runs the current fence waited for, by item; None while it found none (a job
+        #: keeps no empty dict of its own)
+        self._ran_at_fence: dict[int, tuple[float, str]] | None = None
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
         self._marks_unchecked = True
@@ -284,9 +286,9 @@ class Resharding:
             # No assignment at all (a new job): no run can start without one (every
             # running mark checks its version), so there is nothing to fence; the
             # assignment is created READY by the one transaction below.
-            self._ran_at_fence = {}
+            self._ran_at_fence = None
         elif previous is None or previous.state is AssignmentState.READY:
-            self._ran_at_fence = {}  # a new fence: the runs it waits for are found anew
+            self._ran_at_fence = None  # a new fence: the runs it waits for are found anew
             fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
             if fenced_node is None:
                 return None if self._election.is_leader else False
@@ -303,10 +305,13 @@ class Resharding:
                 self._marks_unchecked = True
                 return False
             running = waited[0]
-            for item, run in waited[1].items():  # kept across attempts of one resharding
-                if item not in self._ran_at_fence or self._ran_at_fence[item][0] < run[0]:
-                    self._ran_at_fence[item] = run
-        ran = dict(self._ran_at_fence)
+            if waited[1]:  # kept across attempts of one resharding
+                kept = self._ran_at_fence if self._ran_at_fence is not None else {}
+                for item, run in waited[1].items():
+                    if item not in kept or kept[item][0] < run[0]:
+                        kept[item] = run
+                self._ran_at_fence = kept
+        ran = dict(self._ran_at_fence or {})
         planned = self._compute(settings, previous)
         new = Assignment(
             epoch + 1,
