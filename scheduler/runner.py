@@ -334,8 +334,8 @@ class JobRunner:
         own_request = self.paths.shutdown(self._rt.identity.instance_id)
         if self._rt.cache.exists(own_request):  # asked of an earlier process with this id
             self._rt.reg.delete(own_request)
-        # queued failover work may become ours with a new assignment, not only on a queue change
-        self._sharding.add_assignment_listener(self._on_assignment_change)
+        if self._config.failover:
+            self._follow_assignment()
         self._listeners = bind_once_per_cluster(
             self._listeners, self._rt.reg, self._rt.cache, self._sharding, self._rt.workers.submit
         )
@@ -503,6 +503,8 @@ class JobRunner:
             self._sharding.update_settings(sharding_settings(updated))
         if updated.reconcile_interval_minutes != previous.reconcile_interval_minutes:
             self._schedule_reconcile()
+        if updated.failover and self._sharding is not None:
+            self._follow_assignment()
 
     # -- timing -------------------------------------------------------------------------
     def _schedule_next(self, after: float) -> None:
@@ -605,6 +607,13 @@ class JobRunner:
         return fires
 
     # -- failover -------------------------------------------------------------------------
+    def _follow_assignment(self) -> None:
+        """Queued failover work may become ours with a new assignment, not only on a queue
+        change: a job with failover follows its assignment (once; the listener stays if
+        failover is turned off, and does nothing then). A job without failover (the
+        default) holds no listener: a bound method and a tuple, about 110 bytes a job."""
+        self.sharding.add_assignment_listener(self._on_assignment_change)
+
     def _on_assignment_change(self) -> None:
         if self._config.failover and not self._rt.stopping.is_set():
             self._rt.coordinator.submit(self.run_failover)

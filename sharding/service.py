@@ -275,9 +275,11 @@ class ShardingService:
         self.schedule_evaluation()
 
     def add_assignment_listener(self, listener: Callable[[], None]) -> None:
-        """Called (on the registry's event thread) whenever the job's assignment node changes."""
+        """Called (on the registry's event thread) whenever the job's assignment node
+        changes; a listener already added is not added again."""
         with self._state_lock:
-            self._assignment_listeners = (*self._assignment_listeners, listener)
+            if listener not in self._assignment_listeners:
+                self._assignment_listeners = (*self._assignment_listeners, listener)
 
     # -- reads (from the cache: no round trip) ------------------------------------------
     def online_instances(self) -> list[str]:

@@ -5,22 +5,26 @@ a process must hold at most 1.5 x APScheduler's memory; the bytes are measured b
 from __future__ import annotations
 
 import collections
+import functools
 import gc
 import types
 import uuid
 
 from scheduler import JobConfig, Scheduler, ShardingContext
+from scheduler.runner import JobRunner
 from sharding.service import ShardingService
+from tests.waiting import wait_for
 
 JOBS = 40
-#: the bound methods a job's objects hand out as callbacks: its runner's timer, assignment
-#: and job-event callbacks, its resharding's two, its service's cache, session and election
-#: callbacks and its membership's ``cancelled``. Each is an 80-byte object per job. The run
+#: the bound methods a job's objects hand out as callbacks: its runner's timer and
+#: job-event callbacks, its resharding's two, its service's cache, session and election
+#: callbacks and its membership's ``cancelled`` (and its runner's assignment callback with
+#: failover only). Each is an 80-byte object per job. The run
 #: marks ask the service itself (``MarksOwner``), where a bound method per question held
 #: three more; the election hears of its node and the session through the service's
 #: listeners (``follow=False``), where its own held two more; the runner is its reconcile's
 #: owner (``CoarseTimer``), where its timer entry held one more
-BOUND_METHODS_PER_JOB = 9
+BOUND_METHODS_PER_JOB = 8
 
 
 def _noop(ctx: ShardingContext) -> None:
@@ -105,5 +109,34 @@ def test_the_values_every_job_writes_alike_are_one_object() -> None:
             assert len(elected) == 1 and len(enabled) == 1
         assert len({id(service._election._identifier) for service in services}) == 1
         assert cache.get(services[0].paths.leader) == sched.instance_id.encode()
+    finally:
+        sched.shutdown()
+
+
+def _adopted(runner: JobRunner, config: JobConfig) -> bool:
+    return runner.config == config
+
+
+def test_only_a_job_with_failover_follows_its_assignment() -> None:
+    """A job follows its assignment for the failover work a new one may hand it: one
+    without failover (the default) holds no listener for it, one with failover holds
+    one, and a job whose stored config turns failover on starts following then, once."""
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    sched.add_job(JobConfig(name="plain", cron="0 0 0 1 1 ?"), _noop)
+    sched.add_job(JobConfig(name="failover", cron="0 0 0 1 1 ?", failover=True), _noop)
+    try:
+        sched.start()
+        plain, failover = sched._runners["plain"], sched._runners["failover"]
+        assert plain.sharding._assignment_listeners == ()
+        assert len(failover.sharding._assignment_listeners) == 1
+        for description in ("failover turned on", "a second change, failover still on"):
+            stored = sched.registry.get_node(plain.paths.config)
+            assert stored is not None
+            changed = JobConfig.from_json(plain.paths.config, stored.value).with_changes(
+                failover=True, description=description
+            )
+            sched.registry.put(plain.paths.config, changed.to_json())
+            wait_for(functools.partial(_adopted, plain, changed), 10, message="the stored config adopted")
+            assert len(plain.sharding._assignment_listeners) == 1
     finally:
         sched.shutdown()
