@@ -8,12 +8,12 @@ revision, or ZooKeeper's creation stamp), yet every read and every event makes i
 for as long as the node lives.
 
 Trick: a bounded table maps a value to the first equal object seen, and the maps that
-keep a node's value or number store what the table gives. The table is cleared when it
-fills, so values seen once (a job's config, a run's mark) cost a slot for a while and
-nothing after, and an object leaves memory once no node holds it. A clear only means an
-equal value met next is kept as a new object; no caller relies on identity. Tables are
-plain dicts read and written without a lock: each call is one atomic ``setdefault``,
-and a race costs a second equal object, never a wrong one.
+keep a node's value or number store what the table gives. The table is cleared when a
+value not in it finds it full, so values seen once (a run's mark, a registration) cost a
+slot for a while and nothing after, and an object leaves memory once no node holds it.
+A clear only means an equal value met next is kept as a new object; no caller relies on
+identity. Tables are plain dicts read and written without a lock: each step is one
+atomic dict call, and a race costs a second equal object, never a wrong one.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def shared_value(value: bytes) -> bytes:
     if len(value) > _LONGEST_SHARED:
         return value
     table = _values
-    if len(table) >= _TABLE_SIZE:
-        table.clear()
-    return table.setdefault(value, value)
+    found = table.get(value)
+    if found is None:
+        if len(table) >= _TABLE_SIZE:
+            table.clear()
+        found = table.setdefault(value, value)
+    return found
 
 
 def shared_number(number: int) -> int:
@@ -48,6 +51,9 @@ def shared_number(number: int) -> int:
     if -5 <= number <= 256:
         return number
     table = _numbers
-    if len(table) >= _TABLE_SIZE:
-        table.clear()
-    return table.setdefault(number, number)
+    found = table.get(number)
+    if found is None:
+        if len(table) >= _TABLE_SIZE:
+            table.clear()
+        found = table.setdefault(number, number)
+    return found

@@ -50,3 +50,12 @@ def test_a_full_table_starts_again_and_still_gives_equal_values(monkeypatch: pyt
         assert len(shared_values._values) <= 8 and len(shared_values._numbers) <= 8
     kept = shared_value(_fresh_bytes("value-99"))
     assert shared_value(_fresh_bytes("value-99")) is kept
+
+
+def test_a_value_found_in_a_full_table_leaves_the_table_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shared_values, "_TABLE_SIZE", 4)
+    monkeypatch.setattr(shared_values, "_values", {})
+    kept = [shared_value(_fresh_bytes(f"kept-{i}")) for i in range(4)]
+    for value in kept:
+        assert shared_value(_fresh_bytes(value.decode())) is value
+    assert list(shared_values._values) == kept
