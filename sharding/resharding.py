@@ -107,9 +107,8 @@ class Resharding:
         self._commit = commit
         self._missed_fires = missed_fires
         self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
-        #: the runs the current resharding found going under the fenced epoch (Assignment.ran)
-        #: runs the current fence waited for, by item; None while it found none (a job
-        #: keeps no empty dict of its own)
+        #: the runs the current resharding found going under the fenced epoch, by item
+        #: (Assignment.ran); None while it found none (no empty dict kept per job)
         self._ran_at_fence: dict[int, tuple[float, str]] | None = None
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
