@@ -18,6 +18,8 @@ atomic dict call, and a race costs a second equal object, never a wrong one.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 __all__ = ["shared_number", "shared_value"]
 
 #: a longer value is its job's own (a config); comparing and keeping it saves nothing
@@ -27,6 +29,8 @@ _LONGEST_SHARED = 512
 #: jobs a few dozen copies, where each job held its own
 _TABLE_SIZE = 1024
 
+_T = TypeVar("_T", bytes, int)
+
 _values: dict[bytes, bytes] = {}
 _numbers: dict[int, int] = {}
 
@@ -34,26 +38,21 @@ _numbers: dict[int, int] = {}
 def shared_value(value: bytes) -> bytes:
     """The one object kept for ``value`` while the table holds it; ``value`` itself for
     a value longer than 512 bytes."""
-    if len(value) > _LONGEST_SHARED:
-        return value
-    table = _values
-    found = table.get(value)
-    if found is None:
-        if len(table) >= _TABLE_SIZE:
-            table.clear()
-        found = table.setdefault(value, value)
-    return found
+    return value if len(value) > _LONGEST_SHARED else _kept(_values, value)
 
 
 def shared_number(number: int) -> int:
     """The one object kept for ``number`` while the table holds it (CPython keeps one of
     each small int, -5 to 256, itself)."""
-    if -5 <= number <= 256:
-        return number
-    table = _numbers
-    found = table.get(number)
+    return number if -5 <= number <= 256 else _kept(_numbers, number)
+
+
+def _kept(table: dict[_T, _T], item: _T) -> _T:
+    """``table``'s object equal to ``item``, or ``item`` once kept; a full table is
+    cleared only for an item not in it."""
+    found = table.get(item)
     if found is None:
         if len(table) >= _TABLE_SIZE:
             table.clear()
-        found = table.setdefault(number, number)
+        found = table.setdefault(item, item)
     return found
