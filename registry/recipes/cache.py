@@ -234,7 +234,9 @@ class TreeCache:
         if path not in self._nodes:
             if len(self._checked) >= _CHECKED_MEMO:
                 self._checked.clear()
-            self._checked.add(shared(path))
+            # not ``shared``: nothing else holds an absent path, and interned it held an
+            # entry in the interpreter's table of interned strings as well
+            self._checked.add(path)
 
     def _apply(self, event: Event) -> None:
         with self._changed:
