@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.errors import NodeExistsError, RegistryError, TransactionError
-from registry.paths import parent
-from registry.protocol import Check, Create, Event, EventKind, RegistryCenter
+from registry.paths import basename, parent
+from registry.protocol import Check, Create, Event, EventKind, RegistryCenter, SessionState
 from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
 from registry.recipes.cache import TreeCache
 from scheduler.burst_pool import BurstPool
@@ -40,6 +40,7 @@ from scheduler.distribute_once import bind_once_per_cluster
 from scheduler.errors import ClockSkewError, JobTimeout, PoolShutDown
 from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
+from scheduler.job_events import JobEvents
 from scheduler.kinds import ItemRunner, close_item_runner
 from scheduler.timeouts import Deadline, arm, disarm
 from scheduler.timer import Timer
@@ -108,6 +109,8 @@ class Runtime:
     observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
     #: brings the namespace to this release's layout, driven by its job leaders
     layout: LayoutUpgrader | None = None
+    #: every job's changes and the session's, heard once and handed to each job's runner
+    job_events: JobEvents = dataclasses.field(default_factory=JobEvents)
 
     # The callables every job's ShardingService holds, bound once here: a method bound
     # in each job's start() is an object of 64 bytes per job (640 KiB at 10,000 jobs).
@@ -323,16 +326,20 @@ class JobRunner:
             rejoin=self._rt.rejoin_submit,
             cache=self._rt.cache,
             wait_timeout=self._rt.wait_timeout,
-            missed_fires=self._missed_fires,
-            on_resharded=self._resharded,
+            hooks=self,  # ``missed_fires`` and ``resharded``
             commit=self._rt.commit,
             on_leading=self._rt.upgrade_layout,
             paths=self.paths,
             cancelled=self._rt.cancelled,
+            follow=False,  # through ``on_event`` and ``on_session``
         )
-        self._rt.cache.add_listener(self._on_job_event, under=self.paths.root)
+        self._rt.job_events.follow(self)
+        # a request asked of an earlier process with this id. Looked for only when the job
+        # has a shutdown folder: a read of an absent path is remembered (``TreeCache``),
+        # and this one, read once, would be held for every job
         own_request = self.paths.shutdown(self._rt.identity.instance_id)
-        if self._rt.cache.exists(own_request):  # asked of an earlier process with this id
+        folders = self._rt.cache.children(self.paths.root)
+        if basename(self.paths.shutdowns) in folders and self._rt.cache.exists(own_request):
             self._rt.reg.delete(own_request)
         if self._config.failover:
             self._follow_assignment()
@@ -399,7 +406,6 @@ class JobRunner:
             self._rt.timer.cancel(key)
         if self._config.retries:
             self._rt.cache.wake()  # a backoff under way looks at the fence again
-        self._rt.cache.remove_listener(self._on_job_event, under=self.paths.root)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         with self._lock:
@@ -410,6 +416,7 @@ class JobRunner:
     def leave(self) -> None:
         if self._sharding is not None:
             self._sharding.stop()
+        self._rt.job_events.unfollow(self)
         close_item_runner(self._item_runner)
 
     # -- configuration ----------------------------------------------------------------
@@ -471,10 +478,23 @@ class JobRunner:
         # its cron and strings) per job otherwise lives as long as the job
         return local if adopted == local else adopted
 
+    # -- changes (``scheduler.job_events`` hands them over, from ``start()`` to ``leave()``) --
+    def on_event(self, event: Event) -> None:
+        """A change under the job's root: to the handler of its node while the job fires,
+        then to its sharding service until it has left."""
+        if not self._halted:
+            self._on_job_event(event)
+        sharding = self._sharding
+        if sharding is not None:
+            sharding.on_change(event)
+
+    def on_session(self, state: SessionState) -> None:
+        sharding = self._sharding
+        if sharding is not None:
+            sharding.on_session(state)
+
     def _on_job_event(self, event: Event) -> None:
-        """Every change under the job's root, handed to the handler of its node: one
-        listener per job rather than one per node it follows, as the shared cache keeps
-        an entry and a bound method for each listener of every job."""
+        """Every change under the job's root, handed to the handler of its node."""
         path = event.path
         if path == self.paths.config:
             self._on_config_event(event)
@@ -528,7 +548,7 @@ class JobRunner:
             now = time.time()
             if due is not None and due <= now:
                 if self._config.owed_fires is OwedFires.EVERY:
-                    missed = self._missed_fires(scheduled, now)
+                    missed = self.missed_fires(scheduled, now)
                     with self._lock:
                         for fire_time in missed:
                             self._owe(fire_time, session_down=False, why="passed while the timer ran late")
@@ -591,10 +611,12 @@ class JobRunner:
             log.warning("job %s: reconcile failed", self.name, exc_info=True)
         self._schedule_reconcile()
 
-    def _resharded(self, epoch: int, seconds: float) -> None:
+    # -- what this job's resharding asks of it (``sharding.resharding.JobHooks``) -----------
+    def resharded(self, epoch: int, seconds: float) -> None:
+        """This instance, leading, made the assignment of ``epoch``: to the observers."""
         self._rt.observer.resharded(self.name, epoch, seconds)
 
-    def _missed_fires(self, since: float, until: float) -> list[float]:
+    def missed_fires(self, since: float, until: float) -> list[float]:
         """The schedule's fire times in (since, until], for failover of a departed instance."""
         schedule = self._schedule
         fires: list[float] = []

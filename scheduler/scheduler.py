@@ -321,6 +321,10 @@ class Scheduler:
             if self.history is not None:
                 self.history.start()
             reg.add_listener(self._on_session)
+            # then each job's side of the same change (its runner's ``on_session``)
+            job_events = self._runtime.job_events
+            reg.add_listener(job_events.on_session)
+            cache.add_listener(job_events.on_event)
             timer.start()
             self._started = True
             names = list(self._jobs)
@@ -440,6 +444,8 @@ class Scheduler:
         _each(runners, JobRunner.leave)
         runtime.batcher.close()
         runtime.reg.remove_listener(self._on_session)
+        runtime.reg.remove_listener(runtime.job_events.on_session)
+        runtime.cache.remove_listener(runtime.job_events.on_event)
         # after the jobs left: a resharding still running sees its job stopping and ends
         runtime.resharding.shutdown(wait=wait, drop_queued=True)
         runtime.coordinator.shutdown(wait=wait, cancel_futures=True)

@@ -38,8 +38,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from registry.errors import RegistryError, TransactionError
 from registry.protocol import Check, Create, Delete, Node, RegistryCenter, Set
@@ -49,7 +49,7 @@ from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, encode_items
 from sharding.errors import ShardingError
-from sharding.failover import FailoverQueue, MissedFires, RunTrace, plan_entries
+from sharding.failover import FailoverQueue, RunTrace, plan_entries
 from sharding.job_state import JobState
 from sharding.operations import plan_vacancies
 from sharding.settings import ShardingSettings
@@ -58,7 +58,7 @@ from sharding.strategy_loader import check_assignment, get_strategy
 if TYPE_CHECKING:
     from sharding.service import ShardingService
 
-__all__ = ["Resharding"]
+__all__ = ["JobHooks", "Resharding"]
 
 log = logging.getLogger("sharding")
 
@@ -66,6 +66,20 @@ log = logging.getLogger("sharding")
 _CACHE_CATCH_UP = 2.0
 #: departed instances handled per resharding transaction (the rest in the next round)
 _MAX_DEPARTED_PER_RESHARD = 100
+
+
+class JobHooks(Protocol):
+    """What a resharding asks of the job it reshards (a scheduler's runner): one object,
+    where a callback per question was a bound method per job."""
+
+    def missed_fires(self, since: float, until: float) -> list[float]:
+        """The job's fire times in (since, until]: the fires a departed instance missed,
+        owed with failover."""
+        ...
+
+    def resharded(self, epoch: int, seconds: float) -> None:
+        """A resharding made the assignment of ``epoch`` in ``seconds`` (metrics, history)."""
+        ...
 
 
 class Resharding:
@@ -77,10 +91,9 @@ class Resharding:
         "_cache",
         "_commit",
         "_election",
+        "_hooks",
         "_last_race",
         "_marks_unchecked",
-        "_missed_fires",
-        "_on_resharded",
         "_ran_at_fence",
         "_reg",
         "_reshard_lock",
@@ -96,8 +109,7 @@ class Resharding:
         election: LeaderElection,
         *,
         commit: Commit,
-        missed_fires: MissedFires | None = None,
-        on_resharded: Callable[[int, float], None] | None = None,
+        hooks: JobHooks | None = None,
     ) -> None:
         self._service = service
         self.paths = service.paths
@@ -105,8 +117,7 @@ class Resharding:
         self._cache = cache
         self._election = election
         self._commit = commit
-        self._missed_fires = missed_fires
-        self._on_resharded = on_resharded  # (new epoch, seconds taken): metrics, history
+        self._hooks = hooks
         #: the runs the current resharding found going under the fenced epoch, by item
         #: (Assignment.ran); None while it found none (no empty dict kept per job)
         self._ran_at_fence: dict[int, tuple[float, str]] | None = None
@@ -344,8 +355,8 @@ class Resharding:
             new.epoch,
             {k: encode_items(v) for k, v in sorted(new.items.items(), reverse=True)},
         )
-        if self._on_resharded is not None:
-            self._on_resharded(new.epoch, time.monotonic() - started)
+        if self._hooks is not None:
+            self._hooks.resharded(new.epoch, time.monotonic() - started)
         return True
 
     def _fence(
@@ -447,7 +458,7 @@ class Resharding:
             departed,
             now=time.time(),
             session_timeout=self._reg.session_timeout,
-            missed_fires=self._missed_fires,
+            missed_fires=None if self._hooks is None else self._hooks.missed_fires,
             disabled=self._service.disabled_items(),
         )
         if not entries:

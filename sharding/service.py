@@ -31,13 +31,13 @@ from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError
 from sharding.errors import ShardingError, ShardingTimeout
-from sharding.failover import FailoverEntry, MissedFires, RunTrace
+from sharding.failover import FailoverEntry, RunTrace
 from sharding.instance import InstanceIdentity
 from sharding.job_state import JobState, disabled_items, instance_record, server_status
 from sharding.layout import JobPaths, is_leaf, is_running_marks
 from sharding.membership import Membership
 from sharding.operations import plan_items, plan_servers
-from sharding.resharding import Resharding
+from sharding.resharding import JobHooks, Resharding
 from sharding.run_marks import CurrentAssignment, RunMark, RunMarks
 from sharding.settings import ShardingSettings
 
@@ -75,6 +75,7 @@ class ShardingService:
         "_election",
         "_evaluation_pending",
         "_executor",
+        "_follow",
         "_last_ready",
         "_max_epoch",
         "_on_leading",
@@ -104,14 +105,20 @@ class ShardingService:
         rejoin: Callable[[Callable[[], object]], object] | None = None,
         cache: TreeCache | None = None,
         wait_timeout: float = 30.0,
-        missed_fires: MissedFires | None = None,
-        on_resharded: Callable[[int, float], None] | None = None,
+        hooks: JobHooks | None = None,
         commit: Commit | None = None,
         on_leading: Callable[[Sequence[Check]], object] | None = None,
         paths: JobPaths | None = None,
         cancelled: Callable[[], bool] | None = None,
+        follow: bool = True,
     ) -> None:
         self._reg = reg
+        #: False: the owner hands this service every change under the job's root
+        #: (``on_change``) and every session change (``on_session``), from ``start()`` until
+        #: ``stop()`` returns; a scheduler's jobs are followed by one listener of each kind
+        #: (``scheduler.job_events``), where a bound method and a table entry per job each
+        #: were held
+        self._follow = follow
         #: the owner is shutting down (before ``stop()``): a registration under way ends
         self._cancelled = cancelled
         # called with this leader's fence on each evaluation it leads: the namespace's
@@ -166,8 +173,8 @@ class ShardingService:
             # ``executor``: a fire or a resharding waiting there must not queue ahead of the
             # campaign that makes a leader
             defer=rejoin,
-            # its changes come through this service's listeners (``_on_change``,
-            # ``_on_session``): no bound method and table entry of its own per job
+            # its changes come through this service's listeners (``on_change``,
+            # ``on_session``): no bound method and table entry of its own per job
             follow=False,
         )
         self._resharding = Resharding(
@@ -176,8 +183,7 @@ class ShardingService:
             self._cache,
             self._election,
             commit=self._commit,
-            missed_fires=missed_fires,
-            on_resharded=on_resharded,
+            hooks=hooks,
         )
 
     @property
@@ -223,8 +229,9 @@ class ShardingService:
         self._phase = _Phase.JOINING
         if self._own_cache:
             self._cache.start()
-        self._cache.add_listener(self._on_change, under=self.paths.root)
-        self._reg.add_listener(self._on_session)
+        if self._follow:
+            self._cache.add_listener(self.on_change, under=self.paths.root)
+            self._reg.add_listener(self.on_session)
         enabled = self.membership.join(server_enabled=server_enabled)
         self._election.start(participate=enabled)
         with self._state_lock:
@@ -256,8 +263,9 @@ class ShardingService:
             log.warning("job %s: leaving the registry cleanly failed; the session's end will", self.job)
         finally:
             # only now: until it stopped, the election followed its node through them
-            self._cache.remove_listener(self._on_change, under=self.paths.root)
-            self._reg.remove_listener(self._on_session)
+            if self._follow:
+                self._cache.remove_listener(self.on_change, under=self.paths.root)
+                self._reg.remove_listener(self.on_session)
         if self._own_cache:
             self._cache.close()
 
@@ -544,8 +552,10 @@ class ShardingService:
     def _election_participating(self) -> bool:
         return self._election.participating
 
-    def _on_change(self, event: Event) -> None:
-        if not is_below(event.path, self.paths.root):
+    def on_change(self, event: Event) -> None:
+        """A change in the cache: its own listener's, or handed over by the owner of a
+        service made with ``follow=False`` (ignored until ``start()``)."""
+        if self._phase is _Phase.NEW or not is_below(event.path, self.paths.root):
             return
         if event.path == self.paths.leader:
             self._election.on_event(event)  # it follows its node through us (``follow``)
@@ -565,7 +575,10 @@ class ShardingService:
             return  # runs and their listeners' progress never change the assignment's basis
         self.schedule_evaluation()
 
-    def _on_session(self, state: SessionState) -> None:
+    def on_session(self, state: SessionState) -> None:
+        """A session change: its own listener's, or handed over (``follow=False``)."""
+        if self._phase is _Phase.NEW:
+            return
         if not self.stopping:
             if state is SessionState.LOST:
                 self.membership.lost()  # no fire marks (to be refused) until registered again

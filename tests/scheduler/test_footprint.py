@@ -10,21 +10,23 @@ import gc
 import types
 import uuid
 
+from registry.paths import is_below
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.runner import JobRunner
 from sharding.service import ShardingService
 from tests.waiting import wait_for
 
 JOBS = 40
-#: the bound methods a job's objects hand out as callbacks: its runner's timer and
-#: job-event callbacks, its resharding's two, its service's cache, session and election
-#: callbacks and its membership's ``cancelled`` (and its runner's assignment callback with
-#: failover only). Each is an 80-byte object per job. The run
-#: marks ask the service itself (``MarksOwner``), where a bound method per question held
-#: three more; the election hears of its node and the session through the service's
-#: listeners (``follow=False``), where its own held two more; the runner is its reconcile's
-#: owner (``CoarseTimer``), where its timer entry held one more
-BOUND_METHODS_PER_JOB = 8
+#: the bound methods a job's objects hand out as callbacks: its runner's timer callback and
+#: its service's election callback and ``cancelled`` for its membership (and its runner's
+#: assignment callback with failover only). Each is an 80-byte object per job. The run
+#: marks ask the service itself (``MarksOwner``) and the resharding the runner
+#: (``JobHooks``), where a bound method per question held five more; the election hears of
+#: its node and the session through the service (``follow=False``), and the service and
+#: the runner through the process's one listener of each kind (``scheduler.job_events``),
+#: where their own held five more; the runner is its reconcile's owner (``CoarseTimer``),
+#: where its timer entry held one more
+BOUND_METHODS_PER_JOB = 3
 
 
 def _noop(ctx: ShardingContext) -> None:
@@ -62,6 +64,26 @@ def test_a_started_job_holds_no_more_bound_methods_than_its_callbacks_need() -> 
         current = [service.current() for service in services]
         assert len({id(assignment.items) for assignment in current if assignment is not None}) == 1
         assert all(runner._rt.timer.pending(runner) is not None for runner in runners)
+    finally:
+        sched.shutdown()
+
+
+def test_the_jobs_of_a_process_add_no_listener_each() -> None:
+    """The cache's and the registry's listener tables hold the process's listeners only:
+    every job's changes and session news reach it through ``scheduler.job_events``."""
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    for n in range(JOBS):
+        sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?", failover=n % 2 == 0), _noop)
+    try:
+        sched.start()
+        runtime = sched.runtime
+        assert runtime is not None and len(sched._runners) == JOBS
+        roots = {runner.paths.root for runner in sched._runners.values()}
+        followed = [path for path in runtime.cache._listeners if any(is_below(path, root) for root in roots)]
+        assert followed == []
+        assert len(runtime.cache._listeners) == 1
+        session_listeners = sched.registry._listeners  # type: ignore[attr-defined]
+        assert len(session_listeners) < 5, session_listeners
     finally:
         sched.shutdown()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -474,3 +475,24 @@ def test_thousand_jobs_use_a_fixed_number_of_threads(schedulers: list[Scheduler]
         10,
         message=lambda: f"{threading.active_count() - baseline} threads for 1,000 jobs",
     )
+
+
+def test_a_shutdown_request_left_for_an_earlier_process_of_this_id_is_consumed_at_start() -> None:
+    """An instance that restarts with its id finds the request an operator made of the
+    process before it: the job starts and fires, and the stale request is deleted."""
+    url = f"memory://job-events-{uuid.uuid4().hex}"
+    instance_id = "10.0.0.7@-@1"
+    fired = threading.Event()
+    with Scheduler(url, instance_id="10.0.0.8@-@1") as other:
+        stale = JobPaths("job").shutdown(instance_id)
+        other.registry.put(stale, b"1.0")
+        sched = Scheduler(url, instance_id=instance_id)
+        sched.add_job(JobConfig(name="job", cron=None), lambda ctx: fired.set())
+        try:
+            sched.start()
+            assert sched.registry.get(stale) is None
+            assert "job" not in sched.shut_down_jobs
+            sched.trigger("job")
+            assert fired.wait(10)
+        finally:
+            sched.shutdown()
