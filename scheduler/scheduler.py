@@ -31,6 +31,7 @@ from scheduler.burst_pool import BurstPool
 from scheduler.clock_skew import ClockSkew
 from scheduler.coarse_timer import CoarseTimer
 from scheduler.config import JobConfig, JobType
+from scheduler.config_packing import ConfigPacking
 from scheduler.events import Observers
 from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
 from scheduler.heap_release import release_free_heap
@@ -274,7 +275,12 @@ class Scheduler:
                 if isinstance(self._registry_source, str)
                 else self._registry_source
             )
-            cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf)
+            network = Characteristic.NETWORK in reg.characteristics
+            # jobs' configs deflated (scheduler/config_packing.py) where the cache holds them
+            # as read off the wire; on memory it holds the store's own objects, and a packed
+            # copy beside each would add bytes
+            packing = ConfigPacking() if network else None
+            cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf, packing=packing)
             try:
                 check_runnable(reg)  # before anything is written: a layout we cannot run on
                 cache.start()
@@ -284,7 +290,6 @@ class Scheduler:
                 raise
             coordinator = ThreadPoolExecutor(self._coordinator_threads, thread_name_prefix="shardjob-coord")
             rejoin = BurstPool(_REJOINERS, "shardjob-rejoin")
-            network = Characteristic.NETWORK in reg.characteristics
             # a memory registry never waits on a round trip: its reshardings only compute, so
             # no more of them at once than the coordinator ran before
             resharding = BurstPool(_RESHARDERS if network else self._coordinator_threads, "shardjob-reshard")

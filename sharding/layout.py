@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from registry.paths import join, parent, shared
 
-__all__ = ["SYSTEM_ROOT", "JobPaths", "is_leaf", "is_running_marks", "validate_job_name"]
+__all__ = ["SYSTEM_ROOT", "JobPaths", "is_config", "is_leaf", "is_running_marks", "validate_job_name"]
 
 #: shardjob's own nodes beside the jobs (the layout version, ZooKeeper's clock node): a
 #: name no job may take
@@ -42,6 +42,11 @@ def is_running_marks(path: str) -> bool:
     watch traffic would grow with the square of the instance count; only the leader
     needs them, and only while it reshards, so it reads them when it does."""
     return path.count("/") == 2 and path.endswith("/running")
+
+
+def is_config(path: str) -> bool:
+    """``/{job}/config``, a job's configuration node (``JobPaths.config``)."""
+    return path.count("/") == 2 and path.endswith("/config")
 
 
 def _path(base: str, *names: str) -> str:

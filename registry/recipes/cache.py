@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from registry.children import ChildIndex
 from registry.errors import RegistryError
@@ -20,13 +21,31 @@ from registry.paths import basename, excluded_below, is_below, parent, shared, v
 from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
 from registry.shared_values import shared_number, shared_value
 
-__all__ = ["TreeCache"]
+__all__ = ["TreeCache", "ValuePacking"]
 
 ChangeListener = Callable[[Event], None]
 
 #: a cached node: its version when its value is empty, its value when its version is 0,
 #: else both (``TreeCache._nodes``)
 _Entry = tuple[bytes, int] | bytes | int
+
+
+class ValuePacking(Protocol):
+    """How a cache keeps the values of some nodes in less memory (``TreeCache``'s
+    ``packing``). Invariant: ``unpack(pack(path, value)) == value`` whenever ``pack``
+    gives a form; None keeps the value as it is."""
+
+    def pack(self, path: str, value: bytes) -> bytes | None: ...
+
+    def unpack(self, packed: bytes) -> bytes: ...
+
+
+class _Packed(bytes):
+    """A value kept as its ``ValuePacking`` form: read back through ``unpack``. A bytes
+    subclass, so an entry keeps its shapes (``_Entry``) and a read tells it by its type."""
+
+    __slots__ = ()
+
 
 #: absent paths ``_check`` remembers as valid (bounded: arbitrary reads cannot pile up)
 _CHECKED_MEMO = 65_536
@@ -44,11 +63,13 @@ class TreeCache:
         *,
         exclude: Callable[[str], bool] | None = None,
         leaves: Callable[[str], bool] | None = None,
+        packing: ValuePacking | None = None,
     ) -> None:
         self._reg = reg
         self._root = validate_path(path)
         self._exclude = exclude
         self._leaves = leaves
+        self._packing = packing
         #: absent paths already checked: the flags a fire reads and usually finds absent.
         #: A node leaves it when it is cached (a cached node passed the checks when its
         #: event was applied, and reads find it without them), and a present node named
@@ -142,7 +163,8 @@ class TreeCache:
             return None
         if isinstance(entry, int):
             return b""
-        return entry if isinstance(entry, bytes) else entry[0]
+        value = entry if isinstance(entry, bytes) else entry[0]
+        return self._unpacked(value) if type(value) is _Packed else value
 
     def get_node(self, path: str) -> Node | None:
         entry = self._entry(path)
@@ -150,7 +172,8 @@ class TreeCache:
             return None
         if isinstance(entry, int):
             return Node(b"", entry)
-        return Node(entry, 0) if isinstance(entry, bytes) else Node(*entry)
+        value, version = (entry, 0) if isinstance(entry, bytes) else entry
+        return Node(self._unpacked(value) if type(value) is _Packed else value, version)
 
     def exists(self, path: str) -> bool:
         return self._entry(path) is not None
@@ -253,7 +276,7 @@ class TreeCache:
                 if not value:
                     self._nodes[path] = version
                 else:
-                    value = shared_value(value)
+                    value = self._kept(path, value)
                     self._nodes[path] = value if version == 0 else (value, version)
                 if path in self._checked:
                     self._forget_checked(path)
@@ -270,6 +293,20 @@ class TreeCache:
         for listener in targets:
             listener(event)
 
+
+    def _kept(self, path: str, value: bytes) -> bytes:
+        """The object the cache keeps of a node's value: its packed form when ``packing``
+        gives one, else the one object of equal values (``shared_value``)."""
+        packing = self._packing
+        if packing is not None:
+            packed = packing.pack(path, value)
+            if packed is not None:
+                return _Packed(packed)
+        return shared_value(value)
+
+    def _unpacked(self, packed: bytes) -> bytes:
+        assert self._packing is not None  # only a cache with packing keeps _Packed values
+        return self._packing.unpack(packed)
 
     def _forget_checked(self, path: str) -> None:
         """``path`` is cached: out of the memo, which is copied once more paths left it than

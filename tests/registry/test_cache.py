@@ -8,6 +8,7 @@ import functools
 import sys
 import threading
 import time
+import zlib
 
 import pytest
 
@@ -318,5 +319,57 @@ def test_the_cache_remembers_a_checked_path_only_while_it_is_absent(reg: BaseReg
                 with pytest.raises(ValueError):
                     cache.get(refused)
         assert cache._checked == {"/s/flag"}
+    finally:
+        cache.close()
+
+
+class _DeflateBig:
+    """A packing of the values under ``/s/big``: zlib, when it shrinks them."""
+
+    def pack(self, path: str, value: bytes) -> bytes | None:
+        if not path.startswith("/s/big"):
+            return None
+        packed = zlib.compress(value)
+        return packed if len(packed) < len(value) else None
+
+    def unpack(self, packed: bytes) -> bytes:
+        return zlib.decompress(packed)
+
+
+def _kept_value(cache: TreeCache, path: str) -> bytes:
+    """The object the cache keeps of the value of ``path``, a node with a value."""
+    entry = cache._nodes[path]
+    assert not isinstance(entry, int)
+    return entry if isinstance(entry, bytes) else entry[0]
+
+
+def test_a_cache_with_packing_keeps_the_packed_form_and_reads_back_the_value(reg: BaseRegistry) -> None:
+    """Values the packing takes are kept in its form and read back as the registry has
+    them, through a change and a delete; a value it leaves (another path, or one that
+    would not shrink) is kept as it is."""
+    long_value = b'{"field": "value", "other": "value"}' * 20
+    reg.put("/s/big", long_value)
+    cache = TreeCache(reg, "/s", packing=_DeflateBig()).start()
+    try:
+        reg.put("/s/big2", b"x")  # too short to shrink
+        reg.put("/s/plain", long_value)
+        for value in (None, long_value + b"2", b""):
+            if value is not None:
+                reg.put("/s/big", value)
+            expected = reg.get_node("/s/big")
+            assert expected is not None
+            wait_for(functools.partial(_cached_version_is, cache, "/s/big", expected.version), PROMPT)
+            assert cache.get("/s/big") == expected.value
+            assert cache.get_node("/s/big") == expected
+        reg.put("/s/big", long_value)
+        wait_for(lambda: cache.get("/s/big") == long_value, PROMPT)
+        assert len(_kept_value(cache, "/s/big")) < len(long_value) // 4
+        wait_for(lambda: cache.exists("/s/plain") and cache.exists("/s/big2"), PROMPT)
+        for path, value in (("/s/plain", long_value), ("/s/big2", b"x")):
+            assert _kept_value(cache, path) == value
+            assert cache.get(path) == value
+        reg.delete("/s/big")
+        wait_for(lambda: not cache.exists("/s/big"), PROMPT)
+        assert cache.get("/s/big") is None
     finally:
         cache.close()
