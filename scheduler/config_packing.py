@@ -37,7 +37,7 @@ _CUT = b',"'
 #: between two pieces of a packed form
 _NEXT = b"\x02"
 #: a piece of the default config: this byte, then its index plus ``_INDEX_BASE``
-_REFERENCE = 0x01
+_REFERENCE = b"\x01"
 _INDEX_BASE = 0x20
 _CONTROL = re.compile(rb"[\x00-\x1f]")
 #: a packed form is kept only when it saves this much: as a bytes subclass it costs 16
@@ -51,7 +51,7 @@ class ConfigPacking:
     def __init__(self) -> None:
         pieces = JobConfig(name="job", cron="0 0 0 * * ?").to_json().split(_CUT)
         self._pieces = pieces[: 256 - _INDEX_BASE]
-        self._references = {piece: bytes((_REFERENCE, _INDEX_BASE + i)) for i, piece in enumerate(self._pieces)}
+        self._references = {piece: _REFERENCE + bytes((_INDEX_BASE + i,)) for i, piece in enumerate(self._pieces)}
 
     def pack(self, path: str, value: bytes) -> bytes | None:
         if not is_config(path) or _CONTROL.search(value) is not None:
@@ -64,7 +64,7 @@ class ConfigPacking:
         pieces = self._pieces
         return _CUT.join(
             [
-                pieces[piece[1] - _INDEX_BASE] if piece[:1] == b"\x01" else piece
+                pieces[piece[1] - _INDEX_BASE] if piece[:1] == _REFERENCE else piece
                 for piece in packed.split(_NEXT)
             ]
         )

@@ -276,9 +276,9 @@ class Scheduler:
                 else self._registry_source
             )
             network = Characteristic.NETWORK in reg.characteristics
-            # jobs' configs deflated (scheduler/config_packing.py) where the cache holds them
-            # as read off the wire; on memory it holds the store's own objects, and a packed
-            # copy beside each would add bytes
+            # jobs' configs kept packed (scheduler/config_packing.py) where the cache holds
+            # them as read off the wire; on memory it holds the store's own objects, and a
+            # packed copy beside each would add bytes
             packing = ConfigPacking() if network else None
             cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf, packing=packing)
             try:

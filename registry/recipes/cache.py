@@ -293,7 +293,6 @@ class TreeCache:
         for listener in targets:
             listener(event)
 
-
     def _kept(self, path: str, value: bytes) -> bytes:
         """The object the cache keeps of a node's value: its packed form when ``packing``
         gives one, else the one object of equal values (``shared_value``)."""

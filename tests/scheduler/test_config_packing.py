@@ -1,4 +1,4 @@
-"""A scheduler on ZooKeeper or etcd keeps its jobs' configs deflated in its cache
+"""A scheduler on ZooKeeper or etcd keeps its jobs' configs packed in its cache
 (``scheduler.config_packing``) and reads them back as stored."""
 
 from __future__ import annotations
