@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from registry.backends.base import BaseRegistry
-from registry.protocol import Create, Event, EventKind
+from registry.protocol import Create, Event, EventKind, Node
 from registry.recipes.cache import TreeCache
 from tests.waiting import blocked_in, wait_for
 
@@ -198,6 +198,20 @@ def test_a_node_with_an_empty_value_is_cached_as_its_bare_version(reg: BaseRegis
         cache.close()
 
 
+def _written_and_read_back(reg: BaseRegistry, cache: TreeCache, path: str, value: bytes | None) -> Node:
+    """Put ``value`` at ``path`` (None: leave it as it is), wait for the cache to show the
+    registry's version, and check that every read of the cache agrees with the registry's."""
+    if value is not None:
+        reg.put(path, value)
+    expected = reg.get_node(path)
+    assert expected is not None
+    wait_for(functools.partial(_cached_version_is, cache, path, expected.version), PROMPT)
+    assert cache.get(path) == expected.value
+    assert cache.get_node(path) == expected
+    assert cache.version(path) == expected.version
+    return expected
+
+
 def test_a_node_of_version_0_is_cached_as_its_bare_value(reg: BaseRegistry) -> None:
     """A node never changed since it was made has version 0 on ZooKeeper (a job's config,
     registration, election and servers): the cache keeps its value alone, and reads it
@@ -207,14 +221,7 @@ def test_a_node_of_version_0_is_cached_as_its_bare_value(reg: BaseRegistry) -> N
     cache = TreeCache(reg, "/s").start()
     try:
         for value in (None, b"w", b""):
-            if value is not None:
-                reg.put("/s/fresh", value)
-            expected = reg.get_node("/s/fresh")
-            assert expected is not None
-            wait_for(functools.partial(_cached_version_is, cache, "/s/fresh", expected.version), PROMPT)
-            assert cache.get("/s/fresh") == expected.value
-            assert cache.get_node("/s/fresh") == expected
-            assert cache.version("/s/fresh") == expected.version
+            expected = _written_and_read_back(reg, cache, "/s/fresh", value)
             entry = cache._nodes["/s/fresh"]
             assert isinstance(entry, bytes) is (expected.version == 0 and expected.value != b"")
             assert isinstance(entry, int) is (expected.value == b"")
@@ -354,13 +361,7 @@ def test_a_cache_with_packing_keeps_the_packed_form_and_reads_back_the_value(reg
         reg.put("/s/big2", b"x")  # too short to shrink
         reg.put("/s/plain", long_value)
         for value in (None, long_value + b"2", b""):
-            if value is not None:
-                reg.put("/s/big", value)
-            expected = reg.get_node("/s/big")
-            assert expected is not None
-            wait_for(functools.partial(_cached_version_is, cache, "/s/big", expected.version), PROMPT)
-            assert cache.get("/s/big") == expected.value
-            assert cache.get_node("/s/big") == expected
+            _written_and_read_back(reg, cache, "/s/big", value)
         reg.put("/s/big", long_value)
         wait_for(lambda: cache.get("/s/big") == long_value, PROMPT)
         assert len(_kept_value(cache, "/s/big")) < len(long_value) // 4
