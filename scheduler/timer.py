@@ -43,6 +43,8 @@ __all__ = ["Timer"]
 log = logging.getLogger("scheduler.timer")
 
 FireCallback = Callable[[float], None]
+#: a pending entry: (due, seq, key, is a fire); seq is unique, so no key is ever compared
+_Entry = tuple[float, int, Hashable, bool]
 
 #: how often the timer thread looks at the backlog while fires are held back (s)
 _HELD_POLL = 0.002
@@ -70,12 +72,14 @@ class Timer:
         self._backlog = backlog
         self._max_backlog = max_backlog
         self._holding = False  # fires held back until the backlog is down to half (_fires_open)
-        self._heap: list[tuple[float, int, Hashable]] = []
-        #: key -> (due, seq, is a fire) of its pending entry; its callback apart, in
-        #: _callbacks: a tuple of numbers the garbage collector stops tracking, where one
-        #: holding the callback lived a second per job and reached the oldest generation
-        #: every fire
-        self._entries: dict[Hashable, tuple[float, int, bool]] = {}
+        #: pending entries, (due, seq, key, is a fire), ordered by due then seq (unique)
+        self._heap: list[_Entry] = []
+        #: key -> its pending entry, the same tuple object the heap holds (one tuple per
+        #: job, not two); a heap entry that is not its key's entry here was cancelled or
+        #: replaced. The callback is apart, in _callbacks: a tuple of numbers and a key
+        #: the garbage collector stops tracking, where one holding the callback lived a
+        #: second per job and reached the oldest generation every fire
+        self._entries: dict[Hashable, _Entry] = {}
         self._callbacks: dict[Hashable, FireCallback] = {}
         self._seq = itertools.count()
         #: one lock, taken by every fire (schedule, drain): plain, and entered directly
@@ -117,11 +121,10 @@ class Timer:
         any pending entry of ``key``. A ``fire`` waits, once due, while the backlog is
         over its bound (module docstring)."""
         with self._lock:
-            seq = next(self._seq)
-            self._entries[key] = (due, seq, fire)
+            entry = self._entries[key] = (due, next(self._seq), key, fire)
             self._callbacks[key] = callback
-            heapq.heappush(self._heap, (due, seq, key))
-            if self._heap[0][1] == seq:
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
                 self._wake.notify()
 
     def cancel(self, key: Hashable) -> None:
@@ -228,12 +231,12 @@ class Timer:
         """Move the due entries to the ready queues (lock held)."""
         now = time.time()
         while self._heap and self._heap[0][0] <= now:
-            when, seq, key = heapq.heappop(self._heap)
-            entry = self._entries.get(key)
-            if entry is None or entry[1] != seq:
+            entry = heapq.heappop(self._heap)
+            when, _, key, fire = entry
+            if self._entries.get(key) is not entry:
                 continue  # cancelled or replaced
             del self._entries[key]
-            if entry[2]:
+            if fire:
                 self._fires.append(self._callbacks.pop(key))
                 self._fires_due.append(when)
             else:
@@ -241,8 +244,7 @@ class Timer:
                 self._ready_due.append(when)
         # drop stale heads so the sleep is computed on a live entry
         while self._heap:
-            when, seq, key = self._heap[0]
-            entry = self._entries.get(key)
-            if entry is not None and entry[1] == seq:
+            entry = self._heap[0]
+            if self._entries.get(entry[2]) is entry:
                 break
             heapq.heappop(self._heap)

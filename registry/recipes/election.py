@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable
 
 from registry.errors import RegistryError, TransactionError
-from registry.paths import is_below, join, parent
+from registry.paths import is_below, join, parent, shared
 from registry.protocol import (
     Check,
     Create,
@@ -120,7 +120,8 @@ class LeaderElection:
         #: where campaigns that an event or a session change calls for run (None: inline)
         self._defer = defer
         self._lock = threading.RLock()
-        self._term_path = join(parent(path), "term")
+        #: ``shared``: the one ``str`` the cache keys the term node by, not a copy per election
+        self._term_path = shared(join(parent(path), "term"))
         self._version: int | None = None  # the term node's version while we lead
         self._participating = False
         self._stopped = False  # after stop(), nothing makes this client campaign again

@@ -162,3 +162,25 @@ def test_only_a_job_with_failover_follows_its_assignment() -> None:
             assert len(plain.sharding._assignment_listeners) == 1
     finally:
         sched.shutdown()
+
+
+def test_a_job_holds_its_election_term_path_and_timer_entry_once() -> None:
+    """A job's election holds the term node's path as the ``str`` the cache keys it by, not
+    a copy of its own; and its timer entry is one tuple, the one in the timer's heap."""
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    for n in range(JOBS):
+        sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?"), _noop)
+    try:
+        sched.start()
+        runtime = sched.runtime
+        assert runtime is not None
+        runners = list(sched._runners.values())
+        terms = [runner.sharding._election._term_path for runner in runners]
+        wait_for(lambda: all(runtime.cache.exists(term) for term in terms), timeout=5)
+        keys = {path: path for path in runtime.cache._nodes}
+        assert all(keys[term] is term for term in terms)
+        timer = runtime.timer
+        heap = {id(entry) for entry in timer._heap}
+        assert all(id(timer._entries[runner]) in heap for runner in runners)
+    finally:
+        sched.shutdown()
