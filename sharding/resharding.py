@@ -211,7 +211,7 @@ class Resharding:
 
     def _flag_if_needed(self) -> bool:
         reason = self._needs_resharding()
-        if reason is not None and not self._cache.exists(self.paths.necessary):
+        if reason is not None and self._cache.held(self.paths.necessary) is None:
             log.info("job %s: resharding needed: %s", self.job, reason)
             if not self._cache.exists(self.paths.assignment):
                 # A missing assignment is its own flag: every leader reshards on it (after
@@ -260,7 +260,7 @@ class Resharding:
             # transaction below (its Create, or the flag's delete at the version seen) and
             # the next attempt reads the registry; a flag the cache has not shown yet
             # outlives the new assignment and brings the next resharding.
-            flag, node = self._cache.get_node(self.paths.necessary), None
+            flag, node = self._cache.held(self.paths.necessary), None
         else:
             flag = self._reg.get_node(self.paths.necessary)
             node = self._reg.get_node(self.paths.assignment)
@@ -418,7 +418,7 @@ class Resharding:
             return (
                 cached is not None
                 and cached.version >= node.version
-                and not self._cache.exists(self.paths.necessary)
+                and self._cache.held(self.paths.necessary) is None
             )
 
         return self._cache.wait_until(caught_up, _CACHE_CATCH_UP, under=self.paths.root)

@@ -316,7 +316,7 @@ class ShardingService:
 
     def disabled_items(self) -> set[int]:
         path = self.paths.disabled_items
-        node = self._cache.get_node(path)
+        node = self._cache.held(path)
         if node is None:
             return set()
         try:
@@ -388,7 +388,7 @@ class ShardingService:
 
     def _ready(self) -> CurrentAssignment | None:
         version = self._cache.version(self.paths.assignment)
-        if version is None or self._cache.exists(self.paths.necessary):
+        if version is None or self._cache.held(self.paths.necessary) is not None:
             return None
         last = self._last_ready
         if last is not None and last.version == version:
@@ -532,7 +532,7 @@ class ShardingService:
                 # event to come back through the watch would delay every resharding by that
                 # round trip, which grows with the load on the registry.
                 flagged = self._resharding.evaluate()
-                if flagged or self._cache.exists(self.paths.necessary):
+                if flagged or self._cache.held(self.paths.necessary) is not None:
                     self.reshard()
         except ShardingError as exc:
             log.error("%s", exc)

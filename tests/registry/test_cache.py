@@ -330,6 +330,27 @@ def test_the_cache_remembers_a_checked_path_only_while_it_is_absent(reg: BaseReg
         cache.close()
 
 
+def test_a_held_read_answers_as_get_node_and_remembers_nothing(reg: BaseRegistry) -> None:
+    """``held`` reads a node as ``get_node`` does, and an absent path as absent, without
+    checking it or remembering it: a path the cache could never hold is absent too."""
+    reg.put("/h/kept", b"v")
+    cache = TreeCache(reg, "/h", exclude=lambda p: p == "/h/skip").start()
+    try:
+        assert cache.held("/h/kept") == cache.get_node("/h/kept") == reg.get_node("/h/kept")
+        assert cache.held("/h") == cache.get_node("/h")
+        for absent in ("/h/flag", "/elsewhere", "/h/skip/a", "/h//x"):
+            assert cache.held(absent) is None
+        assert cache._checked == set()
+        reg.put("/h/flag", b"up")
+        wait_for(lambda: cache.held("/h/flag") is not None, PROMPT)
+        assert cache.held("/h/flag") == reg.get_node("/h/flag")
+        reg.delete("/h/flag")
+        wait_for(lambda: cache.held("/h/flag") is None, PROMPT)
+        assert cache._checked == set()
+    finally:
+        cache.close()
+
+
 class _DeflateBig:
     """A packing of the values under ``/s/big``: zlib, when it shrinks them."""
 

@@ -184,3 +184,23 @@ def test_a_job_holds_its_election_term_path_and_timer_entry_once() -> None:
         assert all(id(timer._entries[runner]) in heap for runner in runners)
     finally:
         sched.shutdown()
+
+
+def test_a_firing_job_leaves_no_path_checked_and_no_parameters_kept() -> None:
+    """A fire asks whether its job's resharding is flagged, mostly absent: the answer
+    leaves nothing behind per job in the cache's memo of checked absent paths; nor does a
+    job without item parameters keep parsed ones."""
+    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    fired: set[str] = set()
+    for n in range(JOBS):
+        sched.add_job(JobConfig(name=f"job-{n:03d}", cron="* * * * * ?"), lambda ctx: fired.add(ctx.job_name))
+    try:
+        sched.start()
+        runtime = sched.runtime
+        assert runtime is not None
+        wait_for(lambda: len(fired) == JOBS, timeout=10)
+        necessary = {runner.sharding.paths.necessary for runner in sched._runners.values()}
+        assert not necessary & runtime.cache._checked
+        assert all(runner._parameters is None for runner in sched._runners.values())
+    finally:
+        sched.shutdown()
