@@ -174,9 +174,9 @@ class TreeCache:
         """``get_node`` without checking an absent path, for a path the caller built itself
         that a hot path asks for and that is mostly absent (a job's resharding flag and its
         disabled items, on every fire). ``get_node`` checks an absent path once and
-        remembers it as checked, which at 10,000 jobs kept two paths and two memo entries
-        per job. Here a path the cache could never hold (outside it, excluded, malformed)
-        is absent, where ``get_node`` raises ``ValueError``."""
+        remembers it as checked: a path and a memo entry per job and node, for as long as
+        the node stays absent. Here a path the cache could never hold (outside it,
+        excluded, malformed) is absent, where ``get_node`` raises ``ValueError``."""
         entry = self._nodes.get(path)  # one dict read is atomic, as in _entry
         return None if entry is None else self._node(entry)
 

@@ -14,9 +14,12 @@ from registry.paths import is_below
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.runner import JobRunner
 from sharding.service import ShardingService
+from tests.harness import Harness
 from tests.waiting import wait_for
 
 JOBS = 40
+#: jobs of the tests run on every backend (a start on ZooKeeper or etcd costs round trips)
+BACKEND_JOBS = 10
 #: the bound methods a job's objects hand out as callbacks: its runner's timer callback and
 #: its service's election callback and ``cancelled`` for its membership (and its runner's
 #: assignment callback with failover only). Each is an 80-byte object per job. The run
@@ -164,11 +167,11 @@ def test_only_a_job_with_failover_follows_its_assignment() -> None:
         sched.shutdown()
 
 
-def test_a_job_holds_its_election_term_path_and_timer_entry_once() -> None:
+def test_a_job_holds_its_election_term_path_and_timer_entry_once(harness: Harness) -> None:
     """A job's election holds the term node's path as the ``str`` the cache keys it by, not
     a copy of its own; and its timer entry is one tuple, the one in the timer's heap."""
-    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
-    for n in range(JOBS):
+    sched = Scheduler(harness.url(harness.fresh_namespace()))
+    for n in range(BACKEND_JOBS):
         sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?"), _noop)
     try:
         sched.start()
@@ -186,19 +189,19 @@ def test_a_job_holds_its_election_term_path_and_timer_entry_once() -> None:
         sched.shutdown()
 
 
-def test_a_firing_job_leaves_no_path_checked_and_no_parameters_kept() -> None:
+def test_a_firing_job_leaves_no_path_checked_and_no_parameters_kept(harness: Harness) -> None:
     """A fire asks whether its job's resharding is flagged, mostly absent: the answer
     leaves nothing behind per job in the cache's memo of checked absent paths; nor does a
     job without item parameters keep parsed ones."""
-    sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
+    sched = Scheduler(harness.url(harness.fresh_namespace()))
     fired: set[str] = set()
-    for n in range(JOBS):
+    for n in range(BACKEND_JOBS):
         sched.add_job(JobConfig(name=f"job-{n:03d}", cron="* * * * * ?"), lambda ctx: fired.add(ctx.job_name))
     try:
         sched.start()
         runtime = sched.runtime
         assert runtime is not None
-        wait_for(lambda: len(fired) == JOBS, timeout=10)
+        wait_for(lambda: len(fired) == BACKEND_JOBS, timeout=10)
         necessary = {runner.sharding.paths.necessary for runner in sched._runners.values()}
         assert not necessary & runtime.cache._checked
         assert all(runner._parameters is None for runner in sched._runners.values())
