@@ -54,6 +54,8 @@ class _Board:
 
     It keeps the first ``limit`` fires only: the demo shuts everyone down after them, and
     a fire that starts during that shutdown is cut off by it, not by the hand-over it shows.
+    Nor does it keep a fire due before every instance has started (``open``): the first
+    instance may fire alone while the others still start, which is not the spread shown.
     """
 
     #: a row is printed once every item ran, or this many seconds after its fire time
@@ -66,9 +68,17 @@ class _Board:
         self._runs: dict[float, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         self._printed: set[float] = set()
         self._changed = threading.Condition()
+        self._since: float | None = None  # fires due before it are not kept (``open``)
+
+    def open(self, since: float) -> None:
+        """Keep the fires due from ``since`` on."""
+        with self._changed:
+            self._since = since
 
     def record(self, ctx: ShardingContext, instance_id: str) -> None:
         with self._changed:
+            if self._since is None or ctx.fire_time < self._since:
+                return
             if ctx.fire_time not in self._runs and len(self._runs) >= self.limit:
                 return
             self._runs[ctx.fire_time][instance_id].append(ctx.sharding_item)
@@ -168,6 +178,7 @@ def _demo(args: argparse.Namespace) -> int:
     try:
         for sched in schedulers:
             sched.start()
+        board.open(time.time())
         if not board.wait_fires(args.fires, args.fires * 3 + 20):
             print("demo: fires did not arrive in time", file=sys.stderr)
             return EXIT_ERROR
