@@ -242,7 +242,7 @@ class TreeWatcher:
         ]
         for path in map(self._server, [self.root, *self._known]):
             for table in tables:
-                callbacks = table.get(path) if isinstance(table, dict) else None
+                callbacks = table.get(path) if table is not None else None
                 if callbacks:
                     callbacks.discard(self.data_callback)
                     callbacks.discard(self.child_callback)
