@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-__all__ = ["shared_number", "shared_value"]
+__all__ = ["shared_number", "shared_pair", "shared_value"]
 
 #: a longer value is its job's own (a config); comparing and keeping it saves nothing
 _LONGEST_SHARED = 512
@@ -29,10 +29,11 @@ _LONGEST_SHARED = 512
 #: jobs a few dozen copies, where each job held its own
 _TABLE_SIZE = 1024
 
-_T = TypeVar("_T", bytes, int)
+_T = TypeVar("_T", bytes, int, tuple[bytes, int])
 
 _values: dict[bytes, bytes] = {}
 _numbers: dict[int, int] = {}
+_pairs: dict[tuple[bytes, int], tuple[bytes, int]] = {}
 
 
 def shared_value(value: bytes) -> bytes:
@@ -45,6 +46,16 @@ def shared_number(number: int) -> int:
     """The one object kept for ``number`` while the table holds it (CPython keeps one of
     each small int, -5 to 256, itself)."""
     return number if -5 <= number <= 256 else _kept(_numbers, number)
+
+
+def shared_pair(value: bytes, number: int) -> tuple[bytes, int]:
+    """The one ``(value, number)`` tuple kept while the table holds an equal one: nodes
+    one transaction wrote alike (every job's ``ENABLED`` server, its registration, in a
+    batch of jobs starting together) hold one tuple of a value and its revision on etcd.
+    Hazard: equal means equal as ``bytes``; a caller whose value type means more than
+    its bytes (the cache's packed configs) must not share it."""
+    pair = (value, number)
+    return pair if len(value) > _LONGEST_SHARED else _kept(_pairs, pair)
 
 
 def _kept(table: dict[_T, _T], item: _T) -> _T:

@@ -19,7 +19,7 @@ from registry.children import ChildIndex
 from registry.errors import RegistryError
 from registry.paths import basename, excluded_below, is_below, parent, shared, validate_path
 from registry.protocol import Event, EventKind, Node, RegistryCenter, Watch
-from registry.shared_values import shared_number, shared_value
+from registry.shared_values import shared_number, shared_pair, shared_value
 
 __all__ = ["TreeCache", "ValuePacking"]
 
@@ -84,8 +84,9 @@ class TreeCache:
         #: A node with an empty value (seven of a job's thirteen: the parents) is its bare
         #: version, and a node of version 0 with a value (ZooKeeper's never-changed node:
         #: a job's config, registration, election and servers) is its bare value: each
-        #: spares the tuple's 56 bytes. Values and versions equal to other nodes' are one
-        #: object (``registry.shared_values``).
+        #: spares the tuple's 56 bytes. Values, versions and (value, version) pairs equal
+        #: to other nodes' are one object (``registry.shared_values``); a packed value's
+        #: pair is its own, since its type, not only its bytes, tells it apart.
         self._nodes: dict[str, _Entry] = {}
         #: children by parent, only for nodes that have some
         self._kids = ChildIndex()
@@ -288,7 +289,12 @@ class TreeCache:
                     self._nodes[path] = version
                 else:
                     value = self._kept(path, value)
-                    self._nodes[path] = value if version == 0 else (value, version)
+                    if version == 0:
+                        self._nodes[path] = value
+                    elif type(value) is _Packed:
+                        self._nodes[path] = (value, version)
+                    else:
+                        self._nodes[path] = shared_pair(value, version)
                 if path in self._checked:
                     self._forget_checked(path)
                 if path != self._root:

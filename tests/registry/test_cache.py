@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from registry.backends.base import BaseRegistry
-from registry.protocol import Create, Event, EventKind, Node
+from registry.protocol import Create, Event, EventKind, Node, Set
 from registry.recipes.cache import TreeCache
 from tests.waiting import blocked_in, wait_for
 
@@ -393,5 +393,34 @@ def test_a_cache_with_packing_keeps_the_packed_form_and_reads_back_the_value(reg
         reg.delete("/s/big")
         wait_for(lambda: not cache.exists("/s/big"), PROMPT)
         assert cache.get("/s/big") is None
+    finally:
+        cache.close()
+
+
+def test_nodes_written_alike_in_one_transaction_hold_one_entry(reg: BaseRegistry) -> None:
+    """Nodes with one value at one version hold one (value, version) tuple in the cache;
+    at different versions, one each. One transaction gives its writes one version on
+    ZooKeeper (the count of changes) and etcd (the transaction's revision), and each
+    write a version of its own on memory. A packed value keeps a tuple of its own, and
+    every node reads back as the registry holds it."""
+    long_value = b'{"field": "value", "other": "value"}' * 20
+    paths = ["/s/one", "/s/two", "/s/three"]
+    packed = ["/s/big1", "/s/big2"]
+    reg.transaction([Create(path, b"first") for path in paths + packed])
+    cache = TreeCache(reg, "/s", packing=_DeflateBig()).start()
+    try:
+        reg.transaction([Set(path, b"alike") for path in paths] + [Set(path, long_value) for path in packed])
+        wait_for(lambda: all(cache.get(p) == b"alike" for p in paths), PROMPT)
+        wait_for(lambda: all(cache.get(p) == long_value for p in packed), PROMPT)
+        nodes = {path: reg.get_node(path) for path in paths + packed}
+        versions = {path: node.version for path, node in nodes.items() if node is not None}
+        for path in paths:
+            assert cache._nodes[path] == (b"alike", versions[path])
+            for other in paths:
+                assert (cache._nodes[path] is cache._nodes[other]) == (versions[path] == versions[other])
+        first, second = (cache._nodes[path] for path in packed)
+        assert isinstance(first, tuple) and isinstance(second, tuple) and first is not second
+        for path in paths + packed:
+            assert cache.get_node(path) == nodes[path]
     finally:
         cache.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import registry.shared_values as shared_values
-from registry.shared_values import shared_number, shared_value
+from registry.shared_values import shared_number, shared_pair, shared_value
 
 
 def _fresh_bytes(text: str) -> bytes:
@@ -37,6 +37,16 @@ def test_equal_numbers_come_back_as_the_first_object_seen() -> None:
     assert shared_number(first) is first
     assert shared_number(second) is first
     assert shared_number(_fresh_int(-2)) == -2
+
+
+def test_equal_pairs_come_back_as_the_first_tuple_seen() -> None:
+    big = (9 << 32) | 5
+    first = shared_pair(_fresh_bytes("pair-test"), _fresh_int(big))
+    assert shared_pair(_fresh_bytes("pair-test"), _fresh_int(big)) is first
+    assert first == (b"pair-test", big)
+    assert shared_pair(_fresh_bytes("pair-test"), big + 1) == (b"pair-test", big + 1)
+    long_value = _fresh_bytes("y" * 513)
+    assert shared_pair(long_value, big) is not shared_pair(_fresh_bytes("y" * 513), big)
 
 
 def test_a_full_table_starts_again_and_still_gives_equal_values(monkeypatch: pytest.MonkeyPatch) -> None:
