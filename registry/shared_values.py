@@ -29,7 +29,7 @@ _LONGEST_SHARED = 512
 #: jobs a few dozen copies, where each job held its own
 _TABLE_SIZE = 1024
 
-_T = TypeVar("_T", bytes, int, tuple[bytes, int])
+_T = TypeVar("_T", bytes, int)
 
 _values: dict[bytes, bytes] = {}
 _numbers: dict[int, int] = {}
@@ -52,10 +52,24 @@ def shared_pair(value: bytes, number: int) -> tuple[bytes, int]:
     """The one ``(value, number)`` tuple kept while the table holds an equal one: nodes
     one transaction wrote alike (every job's ``ENABLED`` server, its registration, in a
     batch of jobs starting together) hold one tuple of a value and its revision on etcd.
+
+    Invariant: the tuple holds the objects ``shared_value`` and ``shared_number`` give
+    now, so a node kept as a pair and one kept as its bare value hold one object of an
+    equal value. The tables are cleared apart, so a pair kept from before the value
+    table's last clear holds an older equal object: it is replaced, not given.
     Hazard: equal means equal as ``bytes``; a caller whose value type means more than
     its bytes (the cache's packed configs) must not share it."""
+    value, number = shared_value(value), shared_number(number)
     pair = (value, number)
-    return pair if len(value) > _LONGEST_SHARED else _kept(_pairs, pair)
+    if len(value) > _LONGEST_SHARED:
+        return pair
+    found = _pairs.get(pair)
+    if found is not None and found[0] is value and found[1] is number:
+        return found
+    if len(_pairs) >= _TABLE_SIZE:
+        _pairs.clear()
+    _pairs[pair] = pair
+    return pair
 
 
 def _kept(table: dict[_T, _T], item: _T) -> _T:

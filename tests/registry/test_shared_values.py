@@ -49,6 +49,20 @@ def test_equal_pairs_come_back_as_the_first_tuple_seen() -> None:
     assert shared_pair(long_value, big) is not shared_pair(_fresh_bytes("y" * 513), big)
 
 
+def test_a_pair_holds_the_value_object_kept_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The value table was cleared since an equal pair was kept: the pair given holds the
+    value object kept now, the one a node kept as its bare value holds."""
+    monkeypatch.setattr(shared_values, "_values", {})
+    monkeypatch.setattr(shared_values, "_pairs", {})
+    old = shared_pair(_fresh_bytes("pair-kept"), 7)
+    shared_values._values.clear()
+    bare = shared_value(_fresh_bytes("pair-kept"))
+    assert bare is not old[0]
+    pair = shared_pair(_fresh_bytes("pair-kept"), 7)
+    assert pair[0] is bare and pair == old
+    assert shared_pair(_fresh_bytes("pair-kept"), 7) is pair
+
+
 def test_a_full_table_starts_again_and_still_gives_equal_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shared_values, "_TABLE_SIZE", 8)
     monkeypatch.setattr(shared_values, "_values", {})
