@@ -144,9 +144,12 @@ class _WatcherStore(dict[str, _Slots]):
         slots = dict.get(self, key)
         return None if slots is None else slots.part(child)
 
-    def keys_with(self, child: bool) -> list[str]:
+    def held(self, child: bool) -> list[tuple[str, _Stored]]:
+        """Every key with a ``child`` part, and the part (a copy of the map's items, taken
+        under the lock: another thread may change the map meanwhile)."""
         with self._lock:
-            return [key for key, slots in dict.items(self) if slots.part(child) is not None]
+            entries = [(key, slots.part(child)) for key, slots in dict.items(self)]
+        return [(key, stored) for key, stored in entries if stored is not None]
 
     def add(self, key: str, child: bool, callback: _Callback) -> None:
         with self._lock:
@@ -231,10 +234,10 @@ class _WatcherTable:
         return isinstance(path, str) and self.store.part(self.store.key(path), self._child) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter([self.store.server_path(key) for key in self.store.keys_with(self._child)])
+        return iter([self.store.server_path(key) for key, _ in self.store.held(self._child)])
 
     def __len__(self) -> int:
-        return len(self.store.keys_with(self._child))
+        return len(self.store.held(self._child))
 
     def get(self, path: str, default: Any = None) -> Any:
         key = self.store.key(path)
@@ -254,10 +257,8 @@ class _WatcherTable:
         return [callbacks for _, callbacks in self.items()]
 
     def items(self) -> list[tuple[str, list[_Callback]]]:
-        store, child = self.store, self._child
-        with store._lock:
-            held = [(key, slots.part(child)) for key, slots in dict.items(store)]
-        return [(store.server_path(key), _callbacks(stored)) for key, stored in held if stored is not None]
+        store = self.store
+        return [(store.server_path(key), _callbacks(stored)) for key, stored in store.held(self._child)]
 
 
 def _tables(
