@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import need_local
 from tests.servers.etcd import EtcdCluster, EtcdServer, etcd_available, etcd_write_check
 from tests.servers.external import ExternalServer
-from tests.servers.ports import LOOPBACK
+from tests.servers.ports import LOOPBACK, free_port, free_ports
 from tests.servers.process import ServerExitedError, run_tool
 from tests.servers.proxy import TCPProxy
 from tests.servers.tls import TLSFiles
@@ -30,6 +30,26 @@ from tests.servers.zookeeper import (
     zookeeper_write_check,
 )
 from tests.waiting import wait_for
+
+
+# -- free ports ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("worker", "count"), [("gw0", "2"), ("gw1", "2"), ("gw2", "3")])
+def test_each_test_worker_is_handed_ports_no_other_worker_is(
+    monkeypatch: pytest.MonkeyPatch, worker: str, count: str
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", count)
+    ports = free_ports(20)
+    assert len(set(ports)) == 20
+    assert {(port >> 1) % int(count) for port in ports} == {int(worker[2:])}
+
+
+def test_outside_test_workers_any_free_port_is_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    ports = [free_port() for _ in range(40)]
+    assert len(set(ports)) == 40
+    assert {(port >> 1) % 2 for port in ports} == {0, 1}  # neither worker's share kept out (2^-39 by chance)
 
 
 # -- wait_for ------------------------------------------------------------------------------
