@@ -25,6 +25,7 @@ __all__ = [
     "Dists",
     "Venv",
     "build_dists",
+    "built_dists",
     "clean_env",
     "find_python",
     "make_venv",
@@ -70,6 +71,11 @@ def build_dists(outdir: Path) -> Dists:
         stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, f"python -m build failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return built_dists(outdir)
+
+
+def built_dists(outdir: Path) -> Dists:
+    """The sdist and wheel ``build_dists`` wrote into ``outdir``."""
     (sdist,) = outdir.glob("shardjob-*.tar.gz")
     (wheel,) = outdir.glob("shardjob-*-py3-none-any.whl")
     version = wheel.name.split("-")[1]
