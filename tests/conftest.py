@@ -30,6 +30,9 @@ from tests.servers.zookeeper import ZooKeeperEnsemble, ZooKeeperServer, zookeepe
 
 __all__ = ["BACKENDS", "ETCD_ENV", "ZK_ENV"]
 
+#: the chaos table's hooks, here so that pytest-xdist's controller loads them too
+pytest_plugins = ["tests.scenarios.chaos_report"]
+
 #: the ids of the ``harness`` fixture's parameters
 BACKENDS = ("memory", "zookeeper", "etcd")
 

@@ -15,8 +15,9 @@ the workers recorded themselves:
 - the recovery time: from the fault to the moment the first later fire had all its items
   started on surviving instances, divided by the session timeout.
 
-Each outcome becomes one :class:`ChaosResult`, appended to ``RESULTS`` (printed as a table
-at the end of the run by ``tests/scenarios/conftest.py``) and, when the environment
+Each outcome becomes one :class:`ChaosResult`, appended to ``RESULTS`` (carried by the
+test's report to the process that prints the table at the end of the run, see
+``tests/scenarios/chaos_report.py``) and, when the environment
 variable ``SHARDJOB_CHAOS_REPORT`` names a file, written to it as one JSON line (the input
 of ``docs/guarantees.md``). The result is recorded *before* the test asserts on it, so a
 failing scenario is in the report too.
@@ -149,6 +150,16 @@ class ChaosResult:
         doc["missed_count"] = len(self.missed)
         doc["passed"] = self.passed
         return json.dumps(doc, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> ChaosResult:
+        """The result ``to_json`` wrote (its derived figures recomputed, not read)."""
+        doc = json.loads(line)
+        kept = {name: doc[name] for name in cls.__dataclass_fields__ if name in doc}
+        kept["missed"] = [tuple(pair) for pair in kept.get("missed", [])]
+        if kept.get("window") is not None:
+            kept["window"] = tuple(kept["window"])
+        return cls(**kept)
 
     def describe(self) -> str:
         lines = [f"{self.scenario} on {self.backend} (failover {'on' if self.failover else 'off'}):"]

@@ -13,7 +13,11 @@ recovery time over session timeout, overlaps, missed pairs — is a row of the r
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -48,7 +52,7 @@ from tests.scenarios.checks import (
     missed_pairs,
     recovery_point,
 )
-from tests.scenarios.workers import Fleet
+from tests.scenarios.workers import REPO_ROOT, Fleet
 from tests.servers.env import parse_hosts
 from tests.servers.proxy import TCPProxy
 from tests.waiting import wait_for
@@ -527,3 +531,47 @@ def test_the_chaos_checkers_catch_what_they_are_for() -> None:
     result.problem("missed", "1 pair never ran")
     with pytest.raises(AssertionError, match="1 pair never ran"):
         assert_passed(result)
+
+
+def test_a_result_read_back_from_its_json_line_is_the_same_result() -> None:
+    """What a worker process sends for the table (``chaos_report``) reads back whole."""
+    result = ChaosResult("sigkill", "SIGKILL of a worker", "etcd", False, SESSION_TIMEOUT, recovery_s=1.5)
+    result.missed = [(0, 11.0), (2, 12.0)]
+    result.window = (10.0, 14.0)
+    result.exit_codes = {"w1": 0, "w2": None}
+    result.overlaps = ["item 1 at 12.0"]
+    result.problem("missed", "2 pairs never ran")
+    result.notes.append("a note")
+    result.runs = 17
+    assert ChaosResult.from_json(result.to_json()) == result
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_the_chaos_table_lists_each_result_once_with_or_without_workers(tmp_path: Path, workers: str) -> None:
+    """Under pytest-xdist the controller prints the summary: the results recorded in a
+    worker reach it with the test reports (``chaos_report``), once each."""
+    (tmp_path / "test_two_scenarios.py").write_text(
+        textwrap.dedent(
+            """
+            from tests.scenarios.chaos import ChaosResult, record_result
+
+            def test_one():
+                record_result(ChaosResult("scenario-one", "a fault", "zookeeper", True, 2.0, recovery_s=1.0))
+
+            def test_two():
+                record_result(ChaosResult("scenario-two", "a fault", "etcd", False, 2.0))
+            """
+        )
+    )
+    plugin = ["-p", "tests.scenarios.chaos_report", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *plugin, "-n", workers, "test_two_scenarios.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "chaos scenarios" in done.stdout, done.stdout
+    assert done.stdout.count("scenario-one") == 1 and done.stdout.count("scenario-two") == 1, done.stdout
