@@ -56,6 +56,7 @@ from sharding import (
     ShardingService,
     ShardingSettings,
 )
+from sharding.assignment import Assignment
 from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
 from sharding.layout_version import LayoutUpgrader
@@ -231,6 +232,7 @@ class JobRunner:
         "_on_shutdown_request",
         "_owed",
         "_parameters",
+        "_planned_with",
         "_reconcile_at",
         "_registered_at",
         "_reported",
@@ -291,6 +293,8 @@ class JobRunner:
         self._halted = False
         #: when ``start()`` ended: ``begin_firing`` runs a fire that fell due since, once
         self._registered_at = 0.0
+        #: the assignment this job's last fire was planned under
+        self._planned_with: Assignment | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -346,8 +350,12 @@ class JobRunner:
         self._listeners = bind_once_per_cluster(
             self._listeners, self._rt.reg, self._rt.cache, self._sharding, self._rt.workers.submit
         )
-        self._sharding.start(server_enabled=not self._config.disabled)
+        # taken before the registration is written, so that its value's "started" is no
+        # earlier: an instance that plans a fire due before it, and finds an item of its
+        # own moved here, queues the pair for failover (``hand_over_unfired``); one due
+        # after it is fired here
         self._registered_at = time.time()
+        self._sharding.start(server_enabled=not self._config.disabled)
         self._schedule_reconcile()
 
     def begin_firing(self) -> None:
@@ -733,6 +741,11 @@ class JobRunner:
             self._check_clock()
             sharding = self.sharding
             current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
+            previous, self._planned_with = self._planned_with, current.assignment
+            if previous is not None and previous.epoch != current.epoch and self._config.failover:
+                # this fire may have waited through a resharding that gave some of its items
+                # to a newcomer, which does not fire it: queue those for the newcomer
+                sharding.hand_over_unfired(previous, current, fire_time)
             items = sharding.local_items(current)
             if current.assignment.ran:
                 # a fire that waited for this epoch may have run on the item's previous owner

@@ -14,6 +14,7 @@ import pytest
 
 from registry.protocol import RegistryCenter
 from scheduler import JobConfig, Scheduler, ShardingContext
+from sharding.job_state import instance_record
 from sharding.layout import JobPaths
 from tests.harness import Harness
 from tests.waiting import wait_for
@@ -270,3 +271,55 @@ def test_a_failover_owner_that_dies_too_hands_its_entries_on(
     finally:
         b_link.restore()
         c_link.restore()
+
+
+def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_items(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """A fire of ``a`` due before ``b`` registered is planned only after the resharding
+    that gave ``b`` item 0 (a fire that waited for the new epoch). ``b`` does not fire it
+    (it had not begun), and ``a`` runs only what the new epoch leaves it: with failover,
+    ``a`` queues (0, fire) and ``b`` runs it, so the pair is not lost."""
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    # ids sorted descending give b item 0 and a item 1 once both are online
+    ids = {"a": "127.0.0.1@-@handover-a", "b": "127.0.0.1@-@handover-b"}
+    config = JobConfig(name="job", cron="0 0 0 1 1 ? 2099", sharding_total_count=2, failover=True)
+    cluster: dict[str, Scheduler] = {}
+    for name in ("a", "b"):
+        sched = Scheduler(harness.url(namespace), instance_id=ids[name], max_workers=2)
+        sched.add_job(config, journal.job(ids[name], hold=0.0))
+        schedulers.append(sched)
+        cluster[name] = sched
+    a = cluster["a"]
+    a.start()
+    runner = a.runner("job")
+
+    def a_holds(*items: int) -> bool:
+        current = runner.sharding.ready()
+        return current is not None and current.assignment.items_of(ids["a"]) == items
+
+    wait_for(lambda: a_holds(0, 1), 20, message="a's first assignment")
+    first = time.time() - 1.0
+    runner.fire(first)
+    wait_for(lambda: {(0, first), (1, first)} <= journal.pairs(), 20, message="a runs its first fire")
+    late = time.time()  # a fire due now, which a's timer delivers only after the resharding
+    cluster["b"].start()
+    wait_for(lambda: a_holds(1), 20, message="the resharding that gives b item 0")
+    runner.fire(late)
+    wait_for(
+        lambda: {(0, late), (1, late)} <= journal.pairs(),
+        20,
+        message=lambda: f"the late fire's pairs; ran: {sorted(journal.pairs())}",
+    )
+    with journal.lock:
+        ran = {(e.item, e.instance, e.failover) for e in journal.executions if e.fire_time == late}
+    assert ran == {(0, ids["b"], True), (1, ids["a"], False)}
+    assert journal.overlaps() == []
+    # b fires what falls due after its registration as the others read it, so a fire the
+    # hand-over leaves out (due after b's "started") is one b fires itself
+    node = harness.connect(namespace).get_node(JobPaths("job").instance(ids["b"]))
+    assert node is not None
+    started = instance_record(ids["b"], node.value).started
+    assert started is not None
+    assert cluster["b"].runner("job")._registered_at <= started + 0.0005
