@@ -57,7 +57,7 @@ from sharding import (
     ShardingSettings,
 )
 from sharding.assignment import Assignment
-from sharding.failover import FailoverEntry
+from sharding.failover import FailoverEntry, unfired_hand_over
 from sharding.layout import JobPaths
 from sharding.layout_version import LayoutUpgrader
 from sharding.run_marks import MarkRequest
@@ -240,6 +240,7 @@ class JobRunner:
         "_running",
         "_schedule",
         "_sharding",
+        "_unplaced",
         "local_config",
         "paths",
     )
@@ -291,10 +292,14 @@ class JobRunner:
         self._jittered: set[tuple[str, str, float]] | None = None
         #: set by stop_firing: retries stop, their backoffs end
         self._halted = False
-        #: when ``start()`` ended: ``begin_firing`` runs a fire that fell due since, once
+        #: taken in ``start()`` just before registering: ``begin_firing`` runs a fire that
+        #: fell due since, once
         self._registered_at = 0.0
-        #: the assignment this job's last fire was planned under
+        #: the assignment this job's last fire was planned under (with failover)
         self._planned_with: Assignment | None = None
+        #: the last fire planned before this instance was placed in an assignment (with
+        #: failover; under _lock)
+        self._unplaced: float | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -661,6 +666,8 @@ class JobRunner:
         current = self._sharding.ready()
         if current is None:
             return  # a resharding is under way: the new assignment's owners take it
+        if self._unplaced is not None and self._rt.identity.instance_id in current.assignment.items:
+            self._queue_unplaced(current)
         entries = self._sharding.failover_entries(current)
         if not entries:
             return
@@ -674,6 +681,46 @@ class JobRunner:
             self._submit_mark(current, [e.item for e in claimed], fire_time, claimed=claimed)
         except Exception as exc:
             self._not_started(fire_time, exc)
+
+    def _hand_over(self, current: CurrentAssignment, fire_time: float) -> None:
+        """Queue for failover what this fire, planned under ``current``, would leave to no
+        one because it raced a resharding.
+
+        Hazard: an item moving to a newcomer runs for a fire F on its old owner if that
+        owner marked F before the fence, else on the newcomer if the newcomer planned F
+        once it saw the resharding. Neither does it when (1) the newcomer registered at or
+        after F: it fires only what falls due later (``begin_firing``), so the old owner,
+        whose fire waited into the new epoch, queues the items it lost
+        (``unfired_hand_over``); or (2) the newcomer planned F before the resharding
+        reached it, under an assignment without it: it queues F for its items once
+        placed. Either may queue a pair the other ran, a failover re-run (at least once),
+        never beside the item's owner."""
+        sharding = self.sharding
+        me = self._rt.identity.instance_id
+        previous, self._planned_with = self._planned_with, current.assignment
+        if previous is not None and previous.epoch != current.epoch:
+            lost = unfired_hand_over(previous, current.assignment, me, fire_time, sharding.registration_time)
+            sharding.queue_failover(lost, "moved to an instance registered after the fire")
+        if me in current.assignment.items:
+            if self._unplaced is not None:
+                self._queue_unplaced(current)
+        elif sharding.server_enabled(self._rt.identity.ip):  # a disabled server is never placed
+            with self._lock:
+                self._unplaced = fire_time
+
+    def _queue_unplaced(self, current: CurrentAssignment) -> None:
+        with self._lock:
+            fire_time, self._unplaced = self._unplaced, None
+        if fire_time is None:
+            return
+        me = self._rt.identity.instance_id
+        assignment = current.assignment
+        entries = [
+            FailoverEntry(fire_time, item, me)
+            for item in self.sharding.local_items(current)
+            if not assignment.ran_elsewhere(item, fire_time, me)
+        ]
+        self.sharding.queue_failover(entries, "planned before this instance was placed")
 
     # -- triggers -----------------------------------------------------------------------
     def _on_trigger_event(self, event: Event) -> None:
@@ -741,11 +788,8 @@ class JobRunner:
             self._check_clock()
             sharding = self.sharding
             current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
-            previous, self._planned_with = self._planned_with, current.assignment
-            if previous is not None and previous.epoch != current.epoch and self._config.failover:
-                # this fire may have waited through a resharding that gave some of its items
-                # to a newcomer, which does not fire it: queue those for the newcomer
-                sharding.hand_over_unfired(previous, current, fire_time)
+            if self._config.failover:
+                self._hand_over(current, fire_time)
             items = sharding.local_items(current)
             if current.assignment.ran:
                 # a fire that waited for this epoch may have run on the item's previous owner

@@ -42,7 +42,7 @@ from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError
 from sharding.errors import ShardingError, ShardingTimeout
-from sharding.failover import FailoverEntry, FailoverQueue, RunTrace, unfired_hand_over
+from sharding.failover import FailoverEntry, FailoverQueue, RunTrace
 from sharding.instance import InstanceIdentity
 from sharding.job_state import JobState, disabled_items, instance_record, server_status
 from sharding.layout import JobPaths, is_leaf, is_running_marks
@@ -464,18 +464,16 @@ class ShardingService:
             return []
         return self.marks.queue(node).for_items(self.local_items(current))
 
-    def hand_over_unfired(self, previous: Assignment, current: CurrentAssignment, fire_time: float) -> int:
-        """Queue for failover the pairs of ``fire_time`` that this instance's fire, planned
-        under ``current`` after ``previous``, leaves to no one (``unfired_hand_over``): one
-        versioned write of the queue, as the leader's and the claimers' are, so none of
-        their changes is lost. Returns how many pairs were queued; a registry that fails
-        leaves them unqueued, logged."""
-        me = self.identity.instance_id
-        entries = unfired_hand_over(previous, current.assignment, me, fire_time, self._registration_time)
+    def queue_failover(self, entries: Sequence[FailoverEntry], why: str) -> int:
+        """Add ``entries`` to the failover queue: one versioned write, as the leader's and
+        the claimers' are, so none of their changes is lost (the item's owner in the
+        current assignment runs each). Returns how many were queued; a registry that
+        fails leaves them unqueued, logged with ``why``."""
         if not entries:
             return 0
         path = self.paths.failover_items
         total = self._settings.total
+        pairs = sorted((e.item, e.fire_time) for e in entries)
 
         def plan(node: Node | None) -> list[Op]:
             queue = FailoverQueue() if node is None else self.marks.queue(node)
@@ -489,18 +487,13 @@ class ShardingService:
         try:
             update(self._reg, lambda: self._reg.get_node(path), plan, what=f"queue {path}", commit=self._commit)
         except (RegistryError, ShardingError) as exc:
-            items = [e.item for e in entries]
-            log.error("job %s: fire %.3f of item(s) %s left to no one, not queued: %s", self.job, fire_time, items, exc)
+            log.error("job %s: (item, fire) %s %s, not queued for failover: %s", self.job, pairs, why, exc)
             return 0
-        log.warning(
-            "job %s: fire %.3f of item(s) %s moved to an instance registered after it: queued for failover",
-            self.job,
-            fire_time,
-            [e.item for e in entries],
-        )
+        log.warning("job %s: (item, fire) %s %s: queued for failover", self.job, pairs, why)
         return len(entries)
 
-    def _registration_time(self, instance_id: str) -> float | None:
+    def registration_time(self, instance_id: str) -> float | None:
+        """When ``instance_id`` registered for this job, as its instance node says (cache)."""
         node = self._cache.get_node(self.paths.instance(instance_id))
         return None if node is None else instance_record(instance_id, node.value).started
 

@@ -273,6 +273,21 @@ def test_a_failover_owner_that_dies_too_hands_its_entries_on(
         c_link.restore()
 
 
+def two_instances(
+    url: str, ids: dict[str, str], journal: Journal, schedulers: list[Scheduler]
+) -> dict[str, Scheduler]:
+    """Schedulers ``a`` and ``b`` (not started) of one job with 2 items and failover, which
+    fires only when a test calls ``fire`` (its cron is in 2099)."""
+    config = JobConfig(name="job", cron="0 0 0 1 1 ? 2099", sharding_total_count=2, failover=True)
+    cluster: dict[str, Scheduler] = {}
+    for name in ("a", "b"):
+        sched = Scheduler(url, instance_id=ids[name], max_workers=2)
+        sched.add_job(config, journal.job(ids[name], hold=0.0))
+        schedulers.append(sched)
+        cluster[name] = sched
+    return cluster
+
+
 def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_items(
     harness: Harness, schedulers: list[Scheduler]
 ) -> None:
@@ -284,13 +299,7 @@ def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_item
     namespace = harness.fresh_namespace()
     # ids sorted descending give b item 0 and a item 1 once both are online
     ids = {"a": "127.0.0.1@-@handover-a", "b": "127.0.0.1@-@handover-b"}
-    config = JobConfig(name="job", cron="0 0 0 1 1 ? 2099", sharding_total_count=2, failover=True)
-    cluster: dict[str, Scheduler] = {}
-    for name in ("a", "b"):
-        sched = Scheduler(harness.url(namespace), instance_id=ids[name], max_workers=2)
-        sched.add_job(config, journal.job(ids[name], hold=0.0))
-        schedulers.append(sched)
-        cluster[name] = sched
+    cluster = two_instances(harness.url(namespace), ids, journal, schedulers)
     a = cluster["a"]
     a.start()
     runner = a.runner("job")
@@ -323,3 +332,41 @@ def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_item
     started = instance_record(ids["b"], node.value).started
     assert started is not None
     assert cluster["b"].runner("job")._registered_at <= started + 0.0005
+
+
+def test_a_newcomer_that_planned_a_fire_before_it_was_placed_runs_it_once_placed(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """``b`` plans a fire while its view is still the assignment without it (the
+    resharding that places it has not reached it): it has no item then, and the old owner
+    may have been fenced out of that fire. Once placed, ``b`` queues the fire for its
+    items and runs them as failover."""
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    ids = {"a": "127.0.0.1@-@unplaced-a", "b": "127.0.0.1@-@unplaced-b"}  # b takes item 0
+    cluster = two_instances(harness.url(namespace), ids, journal, schedulers)
+    cluster["a"].start()
+    a = cluster["a"].runner("job")
+    wait_for(lambda: a.sharding.ready() is not None, 20, message="a's first assignment")
+    without_b = a.sharding.ready()
+    assert without_b is not None
+    cluster["b"].start()
+    b = cluster["b"].runner("job")
+
+    def b_placed() -> bool:
+        current = b.sharding.ready()
+        return current is not None and current.assignment.items_of(ids["b"]) == (0,)
+
+    wait_for(b_placed, 20, message="the resharding that places b")
+    unplaced = time.time() - 1.0
+    b._hand_over(without_b, unplaced)  # as b's plan of that fire under its stale view
+    later = time.time()
+    b.fire(later)  # planned under the assignment that places b
+    wait_for(
+        lambda: {(0, unplaced), (0, later)} <= journal.pairs(),
+        20,
+        message=lambda: f"b's runs; ran: {sorted(journal.pairs())}",
+    )
+    with journal.lock:
+        ran = {(e.instance, e.fire_time, e.failover) for e in journal.executions if e.item == 0}
+    assert ran == {(ids["b"], unplaced, True), (ids["b"], later, False)}
