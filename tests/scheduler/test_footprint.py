@@ -10,6 +10,7 @@ import gc
 import types
 import uuid
 
+from registry import shared_values
 from registry.paths import is_below
 from scheduler import JobConfig, Scheduler, ShardingContext
 from scheduler.runner import JobRunner
@@ -118,6 +119,10 @@ def test_the_values_every_job_writes_alike_are_one_object() -> None:
     """Every job's servers node holds ``ENABLED`` and its election node this instance's
     id: the store and the cache keep one object of each for all the jobs, and every
     job's election its one id (``registry.shared_values``)."""
+    # the tables are the process's: one that earlier tests left nearly full would be
+    # cleared while this start fills it, and keep a second equal object (as it may)
+    for table in (shared_values._values, shared_values._numbers, shared_values._pairs):
+        table.clear()
     sched = Scheduler(f"memory://footprint-{uuid.uuid4().hex}")
     for n in range(JOBS):
         sched.add_job(JobConfig(name=f"job-{n:03d}", cron="0 0 0 1 1 ?"), _noop)
