@@ -56,8 +56,7 @@ from sharding import (
     ShardingService,
     ShardingSettings,
 )
-from sharding.assignment import Assignment
-from sharding.failover import FailoverEntry, unfired_hand_over
+from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
 from sharding.layout_version import LayoutUpgrader
 from sharding.run_marks import MarkRequest
@@ -225,6 +224,7 @@ class JobRunner:
         "_fire_callback",
         "_halted",
         "_idle",
+        "_idle_fire",
         "_item_runner",
         "_jittered",
         "_listeners",
@@ -232,7 +232,6 @@ class JobRunner:
         "_on_shutdown_request",
         "_owed",
         "_parameters",
-        "_planned_with",
         "_reconcile_at",
         "_registered_at",
         "_reported",
@@ -240,7 +239,6 @@ class JobRunner:
         "_running",
         "_schedule",
         "_sharding",
-        "_unplaced",
         "local_config",
         "paths",
     )
@@ -295,11 +293,9 @@ class JobRunner:
         #: taken in ``start()`` just before registering: ``begin_firing`` runs a fire that
         #: fell due since, once
         self._registered_at = 0.0
-        #: the assignment this job's last fire was planned under (with failover)
-        self._planned_with: Assignment | None = None
-        #: the last fire planned before this instance was placed in an assignment (with
-        #: failover; under _lock)
-        self._unplaced: float | None = None
+        #: (fire time, epoch) of the last fire planned with no item of this instance's,
+        #: with failover (``_hand_over``; under _lock)
+        self._idle_fire: tuple[float, int] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     @property
@@ -666,8 +662,8 @@ class JobRunner:
         current = self._sharding.ready()
         if current is None:
             return  # a resharding is under way: the new assignment's owners take it
-        if self._unplaced is not None and self._rt.identity.instance_id in current.assignment.items:
-            self._queue_unplaced(current)
+        if self._idle_fire is not None:
+            self._queue_idle_fire(current)
         entries = self._sharding.failover_entries(current)
         if not entries:
             return
@@ -682,37 +678,44 @@ class JobRunner:
         except Exception as exc:
             self._not_started(fire_time, exc)
 
-    def _hand_over(self, current: CurrentAssignment, fire_time: float) -> None:
-        """Queue for failover what this fire, planned under ``current``, would leave to no
-        one because it raced a resharding.
+    def _hand_over(self, current: CurrentAssignment, fire_time: float, items: Sequence[int]) -> None:
+        """Queue for failover what this fire, planned under ``current`` with ``items``,
+        would leave to no one because it raced a resharding.
 
-        Hazard: an item moving to a newcomer runs for a fire F on its old owner if that
-        owner marked F before the fence, else on the newcomer if the newcomer planned F
-        once it saw the resharding. Neither does it when (1) the newcomer registered at or
-        after F: it fires only what falls due later (``begin_firing``), so the old owner,
-        whose fire waited into the new epoch, queues the items it lost
-        (``unfired_hand_over``); or (2) the newcomer planned F before the resharding
-        reached it, under an assignment without it: it queues F for its items once
-        placed. Either may queue a pair the other ran, a failover re-run (at least once),
-        never beside the item's owner."""
+        Hazard: a moving item runs for a fire F on its old owner if that owner marked F
+        before the fence, else on its new owner if the new owner planned F under the new
+        epoch; the new owner skips every F up to the fence (``Assignment.ran_elsewhere``),
+        so a run is never doubled. Neither runs it when (1) the old owner was fenced out
+        of F: it plans F only now, under the new epoch, and queues the items it lost
+        (``Assignment.moved_away``); or (2) the new owner planned F after the fence but
+        under its still-old view, holding no item then (a newcomer): no mark was there to
+        be refused, so it remembers F and, once it holds items, queues F for them. The
+        second may queue a pair the old owner ran (clocks apart): a failover re-run,
+        allowed (at least once), never beside the item's owner."""
         sharding = self.sharding
+        assignment = current.assignment
         me = self._rt.identity.instance_id
-        previous, self._planned_with = self._planned_with, current.assignment
-        if previous is not None and previous.epoch != current.epoch:
-            lost = unfired_hand_over(previous, current.assignment, me, fire_time, sharding.registration_time)
-            sharding.queue_failover(lost, "moved to an instance registered after the fire")
-        if me in current.assignment.items:
-            if self._unplaced is not None:
-                self._queue_unplaced(current)
-        elif sharding.server_enabled(self._rt.identity.ip):  # a disabled server is never placed
+        lost = assignment.moved_away(fire_time, me)
+        if lost:
+            disabled = sharding.disabled_items()
+            entries = [FailoverEntry(fire_time, item, me) for item in lost if item not in disabled]
+            sharding.queue_failover(entries, "fenced out before its item moved")
+        if items:
+            if self._idle_fire is not None:
+                self._queue_idle_fire(current)
+        else:
             with self._lock:
-                self._unplaced = fire_time
+                self._idle_fire = (fire_time, current.epoch)
 
-    def _queue_unplaced(self, current: CurrentAssignment) -> None:
+    def _queue_idle_fire(self, current: CurrentAssignment) -> None:
+        """Queue the last fire planned with no item for this instance's items in
+        ``current``, if ``current`` is a later epoch (``_hand_over``, case 2)."""
         with self._lock:
-            fire_time, self._unplaced = self._unplaced, None
-        if fire_time is None:
-            return
+            idle = self._idle_fire
+            if idle is None or idle[1] == current.epoch:
+                return
+            self._idle_fire = None
+        fire_time = idle[0]
         me = self._rt.identity.instance_id
         assignment = current.assignment
         entries = [
@@ -720,7 +723,7 @@ class JobRunner:
             for item in self.sharding.local_items(current)
             if not assignment.ran_elsewhere(item, fire_time, me)
         ]
-        self.sharding.queue_failover(entries, "planned before this instance was placed")
+        self.sharding.queue_failover(entries, "planned under an earlier epoch with no item here")
 
     # -- triggers -----------------------------------------------------------------------
     def _on_trigger_event(self, event: Event) -> None:
@@ -788,11 +791,12 @@ class JobRunner:
             self._check_clock()
             sharding = self.sharding
             current = sharding.ensure_ready(cancelled=self._rt.stopping.is_set)
-            if self._config.failover:
-                self._hand_over(current, fire_time)
             items = sharding.local_items(current)
-            if current.assignment.ran:
-                # a fire that waited for this epoch may have run on the item's previous owner
+            if self._config.failover:
+                self._hand_over(current, fire_time, items)
+            if current.assignment.ran or current.assignment.moved:
+                # a fire no later than this epoch's fence is the previous owner's (it ran
+                # it, or queues it for failover): see ``_hand_over``
                 me = self._rt.identity.instance_id
                 items = [i for i in items if not current.assignment.ran_elsewhere(i, fire_time, me)]
             if not items:

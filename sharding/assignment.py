@@ -80,6 +80,7 @@ def decode_items(text: str) -> list[int]:
 
 #: an assignment's ``ran`` when no run was cut off: one for every job
 _NO_RUNS: Mapping[int, tuple[float, str]] = MappingProxyType({})
+_NOT_MOVED: Mapping[int, str] = MappingProxyType({})
 #: decoded items by their content (``_shared_items``); cleared past its bound
 _ITEMS: dict[tuple[tuple[str, tuple[int, ...]], ...], Mapping[str, tuple[int, ...]]] = {}
 _ITEMS_BOUND = 4096
@@ -114,6 +115,13 @@ class Assignment:
     #: be one the item's previous owner already ran; the new owner skips it (fire <= the
     #: fire recorded here, on another instance) instead of running it a second time.
     ran: Mapping[int, tuple[float, str]] = field(default_factory=dict)
+    #: when the leader's fence of the previous epoch had been applied (its clock, read
+    #: after the fence's transaction returned; None for a job's first assignment): a run
+    #: under the previous epoch was marked before it, so its fire is no later
+    fenced_at: float | None = None
+    #: item -> the instance that held it in the previous epoch, for the items this one
+    #: gives to another while that instance is still registered
+    moved: Mapping[int, str] = field(default_factory=dict)
 
     def items_of(self, instance_id: str) -> tuple[int, ...]:
         return self.items.get(instance_id, ())
@@ -126,9 +134,27 @@ class Assignment:
         return Assignment(self.epoch, state, self.total, self.items, self.strategy, leader, leader_version)
 
     def ran_elsewhere(self, item: int, fire_time: float, instance_id: str) -> bool:
-        """Fire ``fire_time`` of ``item`` ran under the previous epoch on another instance."""
+        """Fire ``fire_time`` of ``item`` is another instance's under the previous epoch:
+        a run of it the resharding waited for, or a fire no later than the fence of an
+        item moved here from an instance still registered. That instance ran the fire
+        (its mark came before the fence) or was fenced out of it, and then queues it for
+        failover itself (``moved_away``): either way not this instance's to run."""
         ran = self.ran.get(item)
-        return ran is not None and ran[1] != instance_id and fire_time <= ran[0]
+        if ran is not None and ran[1] != instance_id and fire_time <= ran[0]:
+            return True
+        fenced_at = self.fenced_at
+        if fenced_at is None or fire_time > fenced_at:
+            return False
+        holder = self.moved.get(item)
+        return holder is not None and holder != instance_id
+
+    def moved_away(self, fire_time: float, instance_id: str) -> list[int]:
+        """The items ``instance_id`` held in the previous epoch and this one gives away,
+        if ``fire_time`` is no later than the fence: a fire it plans only now, under
+        this epoch, it was fenced out of, and their new owners skip it (``ran_elsewhere``)."""
+        if self.fenced_at is None or fire_time > self.fenced_at:
+            return []
+        return [item for item, holder in self.moved.items() if holder == instance_id]
 
     def as_lists(self) -> dict[str, list[int]]:
         return {instance: list(items) for instance, items in self.items.items()}
@@ -138,6 +164,13 @@ class Assignment:
         doc: dict[str, object] = {}
         if self.ran:  # absent when empty: the node reads as it always did
             doc["ran"] = {str(item): [fire, who] for item, (fire, who) in sorted(self.ran.items())}
+        if self.fenced_at is not None:
+            doc["fenced_at"] = self.fenced_at
+        if self.moved:  # by the instance that held them, as ``items``
+            held: dict[str, list[int]] = {}
+            for item, holder in sorted(self.moved.items()):
+                held.setdefault(holder, []).append(item)
+            doc["moved"] = {holder: encode_items(items) for holder, items in sorted(held.items())}
         return json.dumps(
             {
                 **doc,
@@ -178,6 +211,17 @@ class Assignment:
             if not isinstance(raw_ran, dict):
                 raise ValueError("ran must be an object")
             ran = {int(k): (float(v[0]), str(v[1])) for k, v in raw_ran.items()} if raw_ran else _NO_RUNS
+            raw_fenced = doc.get("fenced_at")
+            if raw_fenced is not None and (isinstance(raw_fenced, bool) or not isinstance(raw_fenced, int | float)):
+                raise ValueError("fenced_at must be a number")
+            raw_moved = doc.get("moved", {})
+            if not isinstance(raw_moved, dict):
+                raise ValueError("moved must be an object")
+            moved = (
+                {item: sys.intern(str(holder)) for holder, held in raw_moved.items() for item in decode_items(held)}
+                if raw_moved
+                else _NOT_MOVED
+            )
             return cls(
                 epoch=epoch,
                 state=state,
@@ -187,6 +231,8 @@ class Assignment:
                 leader=sys.intern(str(doc.get("leader", ""))),
                 leader_version=int(doc.get("leader_version", 0)),
                 ran=ran,
+                fenced_at=None if raw_fenced is None else float(raw_fenced),
+                moved=moved,
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise CorruptNodeError(

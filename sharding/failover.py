@@ -11,9 +11,9 @@ queue entries ``(item, fire_time)``:
   ``last_fire`` when it left cleanly, or — when it died between runs and left no trace —
   the session timeout before the death was seen, the earliest it can have stopped).
 
-One more source, not the leader's: an instance whose fire waited through a resharding
-that gave some of its items to a newcomer queues those (item, fire) pairs itself
-(``unfired_hand_over``), as the newcomer does not fire what fell due before it registered.
+Another source, not the leader's: a fire that raced a resharding moving an item between
+two live instances, which neither ran, is queued by the instance that planned it
+(``JobRunner._hand_over``).
 
 The queue is ONE node, every change to it a versioned write: the leader's in the same
 fenced transaction as the new assignment (together with the removal of the stale marks),
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from sharding.assignment import Assignment, CorruptNodeError, decode_items, encode_items
 
-__all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "plan_entries", "unfired_hand_over"]
+__all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "plan_entries"]
 
 #: one encoder for the mark written on every fire (``json.dumps`` with separators builds
 #: a new encoder per call)
@@ -46,8 +46,6 @@ _STATES = frozenset({"running", "left"})
 MAX_ENTRIES = 5_000
 
 MissedFires = Callable[[float, float], list[float]]
-#: seconds a registration time may read early: it is written rounded to the millisecond
-_STARTED_ROUNDING = 0.001
 
 
 @dataclass(frozen=True, order=True)
@@ -168,31 +166,3 @@ def plan_entries(
             entries.extend(FailoverEntry(fire, item, instance) for item in owned)
     return entries
 
-
-def unfired_hand_over(
-    previous: Assignment,
-    current: Assignment,
-    instance: str,
-    fire_time: float,
-    started: Callable[[str], float | None],
-) -> list[FailoverEntry]:
-    """Entries for the items ``instance`` held in ``previous`` that ``current`` gives to an
-    instance registered at or after ``fire_time`` (``started``: an instance's registration
-    time, None when unknown).
-
-    Hazard: a fire that waited through a resharding runs only the items the new epoch
-    gives its instance. An item moved to a newcomer is then nobody's for that fire: the
-    newcomer fires only what falls due after its registration. The caller, whose fire it
-    was, queues these pairs for the newcomer. An owner that was already firing runs the
-    fire itself, so its items are not queued."""
-    kept = set(current.items_of(instance))
-    owners = {item: owner for owner, items in current.items.items() for item in items}
-    entries = []
-    for item in previous.items_of(instance):
-        owner = owners.get(item)
-        if item in kept or owner is None:
-            continue
-        registered = started(owner)
-        if registered is not None and fire_time <= registered + _STARTED_ROUNDING:
-            entries.append(FailoverEntry(fire_time, item, instance))
-    return entries

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from registry.errors import RegistryError, TransactionError
@@ -91,6 +91,7 @@ class Resharding:
         "_cache",
         "_commit",
         "_election",
+        "_fenced",
         "_hooks",
         "_last_race",
         "_marks_unchecked",
@@ -121,6 +122,9 @@ class Resharding:
         #: the runs the current resharding found going under the fenced epoch, by item
         #: (Assignment.ran); None while it found none (no empty dict kept per job)
         self._ran_at_fence: dict[int, tuple[float, str]] | None = None
+        #: (the fenced assignment node's version, Assignment.fenced_at) of the current
+        #: resharding; None between reshardings
+        self._fenced: tuple[int, float] | None = None
         #: the leader should look for running marks of departed instances (one read):
         #: set when it is elected, an instance leaves, a resharding found some, or on reconcile
         self._marks_unchecked = True
@@ -296,13 +300,21 @@ class Resharding:
             # No assignment at all (a new job): no run can start without one (every
             # running mark checks its version), so there is nothing to fence; the
             # assignment is created READY by the one transaction below.
-            self._ran_at_fence = None
+            self._ran_at_fence = self._fenced = None
         elif previous is None or previous.state is AssignmentState.READY:
             self._ran_at_fence = None  # a new fence: the runs it waits for are found anew
             fenced_node = self._fence(previous, node, epoch, settings, leader_version, fence_ops)
             if fenced_node is None:
                 return None if self._election.is_leader else False
             node = fenced_node
+            # read once the fence's transaction returned: a mark it let through was applied
+            # before, so that run's fire is no later (clocks in step)
+            self._fenced = (node.version, time.time())
+        elif self._fenced is None or self._fenced[0] != node.version:
+            # a fence found in place (another leader's, or one before a restart): now is
+            # later than it, which only hands the fires between to the old owners, who
+            # were fenced out of them and queue them (``Assignment.moved_away``)
+            self._fenced = (node.version, time.time())
         running: list[str] | None = None  # the marks as last read, when that was just now
         # the marks are read below and departed ones removed with the new assignment, which
         # spares the next evaluation its own read; a departure meanwhile sets it again
@@ -332,6 +344,8 @@ class Resharding:
             me,
             leader_version,
             ran,
+            None if self._fenced is None else self._fenced[1],
+            self._moved(previous, planned),
         )
         ops: list[Check | Create | Set | Delete] = [
             *fence_ops,
@@ -347,6 +361,7 @@ class Resharding:
         if not self._transact(ops, fence_ops):
             self._marks_unchecked = True
             return None if self._election.is_leader else False
+        self._fenced = None
         self._service.saw_epoch(new.epoch)
         self._wait_cache_past(-1 if node is None else node.version)
         log.info(
@@ -477,6 +492,22 @@ class Resharding:
         else:
             ops.append(Set(self.paths.failover_items, merged, queue_node.version))
         return ops
+
+    def _moved(self, previous: Assignment | None, planned: Mapping[str, Sequence[int]]) -> dict[int, str]:
+        """Item -> its holder in ``previous``, for the items ``planned`` gives to another
+        while that holder is still registered (one that left ran nothing after its last
+        fire, which the failover queue covers)."""
+        if previous is None:
+            return {}
+        owner = {item: instance for instance, items in planned.items() for item in items}
+        online = set(self._service.online_instances())
+        return {
+            item: holder
+            for holder, items in previous.items.items()
+            if holder in online
+            for item in items
+            if owner.get(item, holder) != holder
+        }
 
     def _compute(self, settings: ShardingSettings, previous: Assignment | None) -> dict[str, tuple[int, ...]]:
         instances = self._service.available_instances()

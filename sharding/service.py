@@ -492,11 +492,6 @@ class ShardingService:
         log.warning("job %s: (item, fire) %s %s: queued for failover", self.job, pairs, why)
         return len(entries)
 
-    def registration_time(self, instance_id: str) -> float | None:
-        """When ``instance_id`` registered for this job, as its instance node says (cache)."""
-        node = self._cache.get_node(self.paths.instance(instance_id))
-        return None if node is None else instance_record(instance_id, node.value).started
-
     def clear_running(self, mark: RunMark) -> None:
         self.marks.clear_running(mark)
 

@@ -334,13 +334,13 @@ def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_item
     assert cluster["b"].runner("job")._registered_at <= started + 0.0005
 
 
-def test_a_newcomer_that_planned_a_fire_before_it_was_placed_runs_it_once_placed(
+def test_a_newcomer_that_planned_a_fire_under_its_old_view_runs_it_once_placed(
     harness: Harness, schedulers: list[Scheduler]
 ) -> None:
-    """``b`` plans a fire while its view is still the assignment without it (the
-    resharding that places it has not reached it): it has no item then, and the old owner
-    may have been fenced out of that fire. Once placed, ``b`` queues the fire for its
-    items and runs them as failover."""
+    """``b`` plans a fire due after the fence while its view is still the assignment
+    without it (the resharding that places it has not reached it): it has no item then,
+    and no mark to be refused. Once placed, ``b`` queues that fire for its items and runs
+    them as failover."""
     journal = Journal()
     namespace = harness.fresh_namespace()
     ids = {"a": "127.0.0.1@-@unplaced-a", "b": "127.0.0.1@-@unplaced-b"}  # b takes item 0
@@ -358,15 +358,49 @@ def test_a_newcomer_that_planned_a_fire_before_it_was_placed_runs_it_once_placed
         return current is not None and current.assignment.items_of(ids["b"]) == (0,)
 
     wait_for(b_placed, 20, message="the resharding that places b")
-    unplaced = time.time() - 1.0
-    b._hand_over(without_b, unplaced)  # as b's plan of that fire under its stale view
-    later = time.time()
+    stale = time.time()  # after the fence
+    b._hand_over(without_b, stale, [])  # as b's plan of that fire under its old view
+    later = time.time() + 0.01
     b.fire(later)  # planned under the assignment that places b
     wait_for(
-        lambda: {(0, unplaced), (0, later)} <= journal.pairs(),
+        lambda: {(0, stale), (0, later)} <= journal.pairs(),
         20,
         message=lambda: f"b's runs; ran: {sorted(journal.pairs())}",
     )
     with journal.lock:
         ran = {(e.instance, e.fire_time, e.failover) for e in journal.executions if e.item == 0}
-    assert ran == {(ids["b"], unplaced, True), (ids["b"], later, False)}
+    assert ran == {(ids["b"], stale, True), (ids["b"], later, False)}
+
+
+def test_a_fire_the_old_owner_ran_before_the_fence_is_not_run_again_by_the_new_owner(
+    harness: Harness, schedulers: list[Scheduler]
+) -> None:
+    """``a`` runs fire F of both items before ``b`` joins; ``b``'s own fire F comes only
+    after the resharding that gave it item 0 (a fire that waited for it). F is no later
+    than the fence, so item 0 of F is ``a``'s: ``b`` skips it, and runs the next fire."""
+    journal = Journal()
+    namespace = harness.fresh_namespace()
+    ids = {"a": "127.0.0.1@-@ran-a", "b": "127.0.0.1@-@ran-b"}  # b takes item 0
+    cluster = two_instances(harness.url(namespace), ids, journal, schedulers)
+    cluster["a"].start()
+    a = cluster["a"].runner("job")
+    wait_for(lambda: a.sharding.ready() is not None, 20, message="a's first assignment")
+    fire = time.time()
+    a.fire(fire)
+    wait_for(lambda: {(0, fire), (1, fire)} <= journal.pairs(), 20, message="a runs the fire")
+    cluster["b"].start()
+    b = cluster["b"].runner("job")
+
+    def b_placed() -> bool:
+        current = b.sharding.ready()
+        return current is not None and current.assignment.items_of(ids["b"]) == (0,)
+
+    wait_for(b_placed, 20, message="the resharding that places b")
+    b.fire(fire)  # b's fire F, planned only now
+    later = time.time() + 0.01
+    b.fire(later)
+    wait_for(lambda: (0, later) in journal.pairs(), 20, message="b runs the next fire")
+    b.wait_idle(10)
+    with journal.lock:
+        ran = sorted((e.instance, e.fire_time) for e in journal.executions if e.item == 0)
+    assert ran == [(ids["a"], fire), (ids["b"], later)]

@@ -379,7 +379,8 @@ def test_a_resharding_records_the_runs_it_waited_for(
     cluster = Cluster(harness, executor, total=4)
     a = cluster.add(ids(1)[0])
     current = a.ensure_ready(10)
-    mark = a.mark_running(current, a.local_items(current), fire_time=7.0)  # a run of fire 7 goes on
+    fire = time.time()
+    mark = a.mark_running(current, a.local_items(current), fire_time=fire)  # a run of it goes on
     with caplog.at_level(logging.INFO, logger="sharding"):
         b = cluster.add(ids(2)[0])
         # the leader (a) fenced, read the marks and waits for a's run; it ends, the new
@@ -389,13 +390,43 @@ def test_a_resharding_records_the_runs_it_waited_for(
     cluster.settled(set(ids(1, 2)))
     fresh = b.ensure_ready(10)
     assert fresh.epoch == current.epoch + 1
-    assert fresh.assignment.ran == {item: (7.0, ids(1)[0]) for item in range(4)}
+    assert fresh.assignment.ran == {item: (fire, ids(1)[0]) for item in range(4)}
     moved = fresh.assignment.items_of(ids(2)[0])
     assert moved
     for item in moved:
-        assert fresh.assignment.ran_elsewhere(item, 7.0, ids(2)[0])  # b's waited fire 7: skip
-        assert not fresh.assignment.ran_elsewhere(item, 8.0, ids(2)[0])  # the next fire runs
-        assert not fresh.assignment.ran_elsewhere(item, 7.0, ids(1)[0])  # a itself: its own run
+        assert fresh.assignment.ran_elsewhere(item, fire, ids(2)[0])  # b's waited fire: skip
+        assert not fresh.assignment.ran_elsewhere(item, fire, ids(1)[0])  # a itself: its own run
+
+
+def test_a_resharding_names_the_items_it_moves_and_when_it_fenced(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """The new assignment says which items left an instance still registered and when the
+    fence was in place: every fire up to then is the previous holder's (it ran it, or was
+    fenced out and queues it), every later one the new owner's."""
+    cluster = Cluster(harness, executor, total=4)
+    a = cluster.add(ids(1)[0])
+    current = a.ensure_ready(10)
+    assert current.assignment.fenced_at is None and not current.assignment.moved  # a first assignment
+    before = time.time()
+    b = cluster.add(ids(2)[0])
+    cluster.settled(set(ids(1, 2)))
+    fresh = b.ensure_ready(10)
+    after = time.time()
+    assignment = fresh.assignment
+    fenced_at = assignment.fenced_at
+    assert fenced_at is not None and before < fenced_at < after
+    gone = assignment.items_of(ids(2)[0])
+    assert gone and assignment.moved == {item: ids(1)[0] for item in gone}
+    assert assignment.moved_away(fenced_at, ids(1)[0]) == list(gone)
+    assert assignment.moved_away(fenced_at + 1.0, ids(1)[0]) == []  # the new owner's fire
+    for item in gone:
+        assert assignment.ran_elsewhere(item, fenced_at, ids(2)[0])
+        assert not assignment.ran_elsewhere(item, fenced_at + 1.0, ids(2)[0])
+    for item in assignment.items_of(ids(1)[0]):  # kept: a runs even a fire up to the fence
+        assert not assignment.ran_elsewhere(item, fenced_at, ids(1)[0])
+    decoded = Assignment.decode("/assignment", assignment.encode())
+    assert (decoded.fenced_at, decoded.moved) == (fenced_at, assignment.moved)
 
 
 def test_expired_session_cannot_start_a_run_with_its_stale_assignment(
