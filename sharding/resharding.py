@@ -49,7 +49,7 @@ from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError, encode_items
 from sharding.errors import ShardingError
-from sharding.failover import FailoverQueue, RunTrace, plan_entries
+from sharding.failover import RunTrace, plan_entries
 from sharding.job_state import JobState
 from sharding.operations import plan_vacancies
 from sharding.settings import ShardingSettings
@@ -479,18 +479,13 @@ class Resharding:
         if not entries:
             return ops
         queue_node = self._reg.get_node(self.paths.failover_items)
-        queue = FailoverQueue() if queue_node is None else self._service.marks.queue(queue_node)
-        merged = queue.merged(entries, settings.total).encode()
+        ops.extend(self._service.marks.queue_additions(queue_node, entries, settings.total))
         log.warning(
             "job %s: failover queues %d (item, fire) pair(s) left by %s",
             self.job,
             len(entries),
             sorted(departed),
         )
-        if queue_node is None:
-            ops.append(Create(self.paths.failover_items, merged))
-        else:
-            ops.append(Set(self.paths.failover_items, merged, queue_node.version))
         return ops
 
     def _moved(self, previous: Assignment | None, planned: Mapping[str, Sequence[int]]) -> dict[int, str]:

@@ -303,3 +303,14 @@ class RunMarks:
         except CorruptNodeError as exc:
             self._owner.report_corrupt(self._paths.failover_items, node.version, exc.problem)
             return FailoverQueue()
+
+    def queue_additions(self, node: Node | None, entries: Sequence[FailoverEntry], total: int) -> list[Create | Set]:
+        """The write that adds ``entries`` to the queue as ``node`` holds it (None: no
+        queue yet): a create, or a set at the version read, so a change made since fails
+        it; none when every entry is there already."""
+        queue = FailoverQueue() if node is None else self.queue(node)
+        merged = queue.merged(entries, total)
+        if merged == queue:
+            return []
+        path = self._paths.failover_items
+        return [Create(path, merged.encode())] if node is None else [Set(path, merged.encode(), node.version)]

@@ -24,25 +24,14 @@ from typing import Protocol
 
 from registry.errors import NoNodeError, RegistryError, TransactionError
 from registry.paths import is_below, parent
-from registry.protocol import (
-    Check,
-    Create,
-    Delete,
-    Event,
-    EventKind,
-    Node,
-    Op,
-    RegistryCenter,
-    SessionState,
-    Set,
-)
+from registry.protocol import Check, Delete, Event, EventKind, Node, RegistryCenter, SessionState
 from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from registry.recipes.versioned import update
 from sharding.assignment import Assignment, AssignmentState, CorruptNodeError
 from sharding.errors import ShardingError, ShardingTimeout
-from sharding.failover import FailoverEntry, FailoverQueue, RunTrace
+from sharding.failover import FailoverEntry, RunTrace
 from sharding.instance import InstanceIdentity
 from sharding.job_state import JobState, disabled_items, instance_record, server_status
 from sharding.layout import JobPaths, is_leaf, is_running_marks
@@ -474,18 +463,14 @@ class ShardingService:
         path = self.paths.failover_items
         total = self._settings.total
         pairs = sorted((e.item, e.fire_time) for e in entries)
-
-        def plan(node: Node | None) -> list[Op]:
-            queue = FailoverQueue() if node is None else self.marks.queue(node)
-            merged = queue.merged(entries, total)
-            if merged == queue:
-                return []
-            if node is None:
-                return [Create(path, merged.encode())]
-            return [Set(path, merged.encode(), node.version)]
-
         try:
-            update(self._reg, lambda: self._reg.get_node(path), plan, what=f"queue {path}", commit=self._commit)
+            update(
+                self._reg,
+                lambda: self._reg.get_node(path),
+                lambda node: self.marks.queue_additions(node, entries, total),
+                what=f"queue {path}",
+                commit=self._commit,
+            )
         except (RegistryError, ShardingError) as exc:
             log.error("job %s: (item, fire) %s %s, not queued for failover: %s", self.job, pairs, why, exc)
             return 0

@@ -14,6 +14,7 @@ import pytest
 
 from registry.protocol import RegistryCenter
 from scheduler import JobConfig, Scheduler, ShardingContext
+from scheduler.runner import JobRunner
 from sharding.job_state import instance_record
 from sharding.layout import JobPaths
 from tests.harness import Harness
@@ -288,6 +289,16 @@ def two_instances(
     return cluster
 
 
+def holds(runner: JobRunner, instance: str, *items: int) -> Callable[[], bool]:
+    """``runner``'s view is a READY assignment giving ``instance`` exactly ``items``."""
+
+    def check() -> bool:
+        current = runner.sharding.ready()
+        return current is not None and current.assignment.items_of(instance) == items
+
+    return check
+
+
 def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_items(
     harness: Harness, schedulers: list[Scheduler]
 ) -> None:
@@ -304,17 +315,13 @@ def test_a_fire_that_waited_through_a_resharding_hands_a_newcomer_its_moved_item
     a.start()
     runner = a.runner("job")
 
-    def a_holds(*items: int) -> bool:
-        current = runner.sharding.ready()
-        return current is not None and current.assignment.items_of(ids["a"]) == items
-
-    wait_for(lambda: a_holds(0, 1), 20, message="a's first assignment")
+    wait_for(holds(runner, ids["a"], 0, 1), 20, message="a's first assignment")
     first = time.time() - 1.0
     runner.fire(first)
     wait_for(lambda: {(0, first), (1, first)} <= journal.pairs(), 20, message="a runs its first fire")
     late = time.time()  # a fire due now, which a's timer delivers only after the resharding
     cluster["b"].start()
-    wait_for(lambda: a_holds(1), 20, message="the resharding that gives b item 0")
+    wait_for(holds(runner, ids["a"], 1), 20, message="the resharding that gives b item 0")
     runner.fire(late)
     wait_for(
         lambda: {(0, late), (1, late)} <= journal.pairs(),
@@ -353,11 +360,7 @@ def test_a_newcomer_that_planned_a_fire_under_its_old_view_runs_it_once_placed(
     cluster["b"].start()
     b = cluster["b"].runner("job")
 
-    def b_placed() -> bool:
-        current = b.sharding.ready()
-        return current is not None and current.assignment.items_of(ids["b"]) == (0,)
-
-    wait_for(b_placed, 20, message="the resharding that places b")
+    wait_for(holds(b, ids["b"], 0), 20, message="the resharding that places b")
     stale = time.time()  # after the fence
     b._hand_over(without_b, stale, [])  # as b's plan of that fire under its old view
     later = time.time() + 0.01
@@ -391,11 +394,7 @@ def test_a_fire_the_old_owner_ran_before_the_fence_is_not_run_again_by_the_new_o
     cluster["b"].start()
     b = cluster["b"].runner("job")
 
-    def b_placed() -> bool:
-        current = b.sharding.ready()
-        return current is not None and current.assignment.items_of(ids["b"]) == (0,)
-
-    wait_for(b_placed, 20, message="the resharding that places b")
+    wait_for(holds(b, ids["b"], 0), 20, message="the resharding that places b")
     b.fire(fire)  # b's fire F, planned only now
     later = time.time() + 0.01
     b.fire(later)
