@@ -386,46 +386,74 @@ def test_run_end_lost_in_flight(stage: Stage, failover: bool) -> None:
     run.settle()
     flapped = run.fleet.worker(flapped_id)
     mark = run.paths.running_of(flapped_id)
-    # a run of the flapped worker caught before any of its items ended (its mark read by
-    # the observer, none of its fire's records written yet), so its run end comes after
-    # the stall; a run seen too late is let go and the next one tried
-    caught: tuple[float, int] | None = None
-    for _ in range(10):
-        run.wait_running(flapped)
-        raw = run.observer.get(mark)
-        if raw is None:
-            continue
-        trace = RunTrace.decode(mark, raw)
-        if trace.state != "running" or trace.fire_time is None:
-            continue
-        fire, share = trace.fire_time, len(trace.items)
-        if not any(r.fire_time == fire for r in flapped.records()):
-            caught = (fire, share)
-            break
-        run.wait_between_runs(flapped)
-    assert caught is not None, f"fault did not land: no run of {flapped_id} caught in progress"
-    fire, share = caught
-    fault_at = time.time()
-    proxy.stall()
-    try:
-        # the items end HOLD s after their mark appeared; the mark's removal follows at
-        # once and is held in the stalled link: seen held (request bytes the proxy held
-        # after the run's last item ended) before the cut drops it. Bounded well inside
-        # the session timeout, which the flap must not reach.
-        def run_end_held() -> bool:
-            ended = [r.end for r in flapped.records() if r.fire_time == fire]
-            return len(ended) >= share and proxy.held_since(max(ended)) > 0
 
+    def catch_a_run() -> tuple[float, int]:
+        """A run of the flapped worker caught before any of its items ended (its mark read
+        by the observer, none of its fire's records written yet), so its run end comes
+        after a stall begun now; a run seen too late is let go and the next one tried."""
+        for _ in range(10):
+            run.wait_running(flapped)
+            raw = run.observer.get(mark)
+            if raw is None:
+                continue
+            trace = RunTrace.decode(mark, raw)
+            if trace.state != "running" or trace.fire_time is None:
+                continue
+            if not any(r.fire_time == trace.fire_time for r in flapped.records()):
+                return trace.fire_time, len(trace.items)
+            run.wait_between_runs(flapped)
+        raise AssertionError(f"fault did not land: no run of {flapped_id} caught in progress")
+
+    def ends_of(fire: float) -> list[float]:
+        return [r.end for r in flapped.records() if r.fire_time == fire]
+
+    # The mark is seen at the server a moment before its answer reaches the worker: a
+    # stall begun in between holds the answer, the worker never starts the items, and
+    # there is no run end to lose. Such a catch (or one whose items ended before the
+    # stall) is released within the session timeout, and once that run is over the next
+    # one is tried.
+    fault_at: float | None = None
+    for _ in range(5):
+        fire, share = catch_a_run()
+        stalled_at = time.time()
+        fault_at = stalled_at if fault_at is None else fault_at
+        proxy.stall()
+        landed = False
         try:
-            wait_for(run_end_held, SESSION_TIMEOUT / 2, interval=0.005)
-        except AssertionError:
-            raise AssertionError(
-                f"fault did not land: no request of {flapped_id} held after its run ended "
-                f"(fire {fire:.0f}, {share} items, held {proxy.held_requests}):\n{run.fleet.describe()}"
-            ) from None
-        proxy.cut()
-    finally:
-        proxy.restore()
+            # the items end HOLD s after they started; the mark's removal follows at
+            # once and is held in the stalled link: seen held (request bytes the proxy
+            # held after the run's last item ended) before the cut drops it. Bounded well
+            # inside the session timeout, which the flap must not reach.
+            def run_end_held(fire: float = fire, share: int = share) -> bool:
+                ended = ends_of(fire)
+                return len(ended) >= share and proxy.held_since(max(ended)) > 0
+
+            try:
+                wait_for(run_end_held, SESSION_TIMEOUT / 2, interval=0.005)
+            except AssertionError:
+                ended = ends_of(fire)
+                if len(ended) >= share:  # the items ran and no run end left the worker
+                    raise AssertionError(
+                        f"fault did not land: no request of {flapped_id} held after its run "
+                        f"ended (fire {fire:.3f}, stalled at {stalled_at:.3f}, items ended at "
+                        f"{[round(end, 3) for end in ended]}, held {proxy.held_requests}):\n"
+                        f"{run.fleet.describe()}"
+                    ) from None
+                run.notes.append(f"fire {fire:.0f}: its mark's answer was held, the items never started")
+                continue
+            if max(ends_of(fire)) < stalled_at:
+                run.notes.append(f"fire {fire:.0f}: its items ended before the stall")
+                continue
+            proxy.cut()
+            landed = True
+        finally:
+            proxy.restore()
+        if landed:
+            break
+        run.wait_between_runs(flapped)  # the held answer delivered and its run over
+    else:
+        raise AssertionError(f"fault did not land: no run end of {flapped_id} held in 5 tries")
+    assert fault_at is not None
     fault_end = time.time()
     # the proxy's pump threads see the cut within a poll: then they count what they dropped
     wait_for(
