@@ -6,13 +6,15 @@ the three backends."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from registry.backends.base import BaseRegistry
-from registry.protocol import EventKind, Node
+from registry.backends.zookeeper import ZooKeeperRegistry
+from registry.protocol import Event, EventKind, Node
 from registry.recipes.cache import TreeCache
 from registry.recipes.election import LeaderElection
 from tests.contract import PROMPT, EventLog, peer, wait_for
@@ -23,13 +25,40 @@ LEADER = f"{ROOT}/leader/election/instance"
 TERM = f"{ROOT}/leader/election/term"
 
 
+class Followed:
+    """An election whose changes come from a watch of the test's own (``follow=False``,
+    as a sharding service hands its elections what its cache hears), so that a test can
+    wait until that watch has reported the leader node before it deletes it: a node
+    deleted before its watch saw it is the gap of ``test_a_leader_whose_node_went_...``."""
+
+    def __init__(self, reg: BaseRegistry, **options: Any) -> None:
+        self.reg = reg
+        self.election = LeaderElection(reg, LEADER, "a", follow=False, **options)
+        self.log = EventLog()
+        self._watch = reg.watch(LEADER, self._heard)
+        reg.add_listener(self.election.on_session)
+
+    def _heard(self, event: Event) -> None:
+        self.log(event)
+        self.election.on_event(event)
+
+    def start(self) -> LeaderElection:
+        self.election.start()
+        assert self.election.is_leader
+        self.log.wait(EventKind.CREATED, LEADER, b"a")  # the watch saw the node: armed on it
+        return self.election
+
+    def stop(self) -> None:
+        self.election.stop()
+        self._watch.cancel()
+        self.reg.remove_listener(self.election.on_session)
+
+
 @pytest.fixture
 def election(reg: BaseRegistry) -> Iterator[LeaderElection]:
-    made = LeaderElection(reg, LEADER, "a")
-    made.start()
-    assert made.is_leader
-    yield made
-    made.stop()
+    followed = Followed(reg)
+    yield followed.start()
+    followed.stop()
 
 
 def test_a_candidate_campaigns_again_when_its_node_is_deleted(
@@ -37,7 +66,14 @@ def test_a_candidate_campaigns_again_when_its_node_is_deleted(
 ) -> None:
     other = peer(harness, reg)
     other.delete(ROOT)
-    wait_for(lambda: other.get(LEADER) == b"a" and election.is_leader, PROMPT)
+    wait_for(
+        lambda: other.get(LEADER) == b"a" and election.is_leader,
+        PROMPT,
+        message=lambda: (
+            f"leader {election.is_leader}, participating {election.participating}; "
+            f"the registry holds {sorted(other.read_tree(ROOT))}"
+        ),
+    )
 
 
 def test_a_withdrawn_leader_leads_until_stopped_and_never_campaigns_again(
@@ -61,10 +97,9 @@ def test_with_defer_a_campaign_runs_where_it_is_put_not_on_the_event_thread(
     campaign it calls for is handed to ``defer``, and until that runs the thread goes on
     delivering every other watch's events."""
     deferred: list[Callable[[], object]] = []
-    made = LeaderElection(reg, LEADER, "a", defer=deferred.append)
-    made.start()
+    followed = Followed(reg, defer=deferred.append)
+    made = followed.start()
     try:
-        assert made.is_leader
         log = EventLog()
         reg.watch("/elsewhere", log)
         other = peer(harness, reg)
@@ -77,6 +112,48 @@ def test_with_defer_a_campaign_runs_where_it_is_put_not_on_the_event_thread(
             campaign()
         assert made.is_leader and other.get(LEADER) == b"a"
     finally:
+        followed.stop()
+
+
+def test_a_leader_whose_node_went_before_its_watch_saw_it_campaigns_again(
+    request: pytest.FixtureRequest, harness: Harness, reg: BaseRegistry
+) -> None:
+    """The election's own watch (``follow=True``) hears of its node only after winning; a
+    node deleted before then must still end the term and bring a new campaign."""
+    made = LeaderElection(reg, LEADER, "a")
+    made.start(participate=False)  # the watch first, on a node not there yet
+    other = peer(harness, reg)
+    held = threading.Event()
+    if isinstance(reg, ZooKeeperRegistry):
+        # ZooKeeper's watches fire once and are armed again by a read: hold that read
+        # until the node is gone, as a busy watch worker does, and the node's coming and
+        # going is never reported
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="on ZooKeeper a leader node created and deleted before the watch "
+                "read it is never reported: the candidate believes it leads and never "
+                "campaigns again (known gap, not fixed yet)",
+            )
+        )
+
+        def busy() -> None:
+            held.wait(PROMPT)
+
+        reg._worker.submit(busy)
+    try:
+        made.resume()
+        assert made.is_leader
+        other.delete(ROOT)
+        held.set()
+        wait_for(
+            lambda: other.get(LEADER) == b"a" and made.is_leader,
+            PROMPT,
+            message=lambda: f"leader {made.is_leader}; the registry holds {sorted(other.read_tree(ROOT))}",
+        )
+    finally:
+        held.set()
         made.stop()
 
 
