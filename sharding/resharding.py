@@ -226,7 +226,8 @@ class Resharding:
             # removed, while it evaluated must not land (it would re-create the job)
             try:
                 self._commit([*self._election.fence_ops(), Create(self.paths.necessary, reason.encode())])
-            except TransactionError:
+            except TransactionError as exc:
+                self._election.fenced_out(exc)  # a leader node gone unheard ends the term
                 return False  # flagged meanwhile, or no longer leader
             except RegistryError:
                 if not self._service.stopping:
@@ -523,6 +524,7 @@ class Resharding:
         except TransactionError as exc:
             if any(exc.op is check for check in fence):  # the leader node or its term moved
                 log.info("job %s: leadership lost while resharding; the new leader takes over", self.job)
+                self._election.fenced_out(exc)
             else:
                 log.debug("job %s: resharding raced a change (%s); retrying", self.job, exc)
             self._last_race = str(exc)

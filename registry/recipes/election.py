@@ -308,6 +308,19 @@ class LeaderElection:
                 self._revoked()
             self._campaign_later()
 
+    def fenced_out(self, error: TransactionError) -> None:
+        """A write guarded by ``fence_ops()`` failed with ``error``. When the op that failed
+        is the check of the leader node, that node is gone: the term ends here and a new
+        campaign begins, as on the node's deletion.
+
+        Hazard: the failed write may be the only news of it. A watch reports changes, not
+        every state: ZooKeeper's watch hears of a new node and reads it afterwards, so a
+        node created and deleted before that read never shows up, and its winner would
+        lead forever, every fenced write failing."""
+        op = error.op
+        if isinstance(op, Check) and op.path == self._path and op.version is None:
+            self.on_event(Event(EventKind.DELETED, self._path, None, None))
+
     def on_session(self, state: SessionState) -> None:
         """A session change: its own listener's, or handed over (``follow=False``)."""
         if state is SessionState.LOST:

@@ -133,8 +133,9 @@ def test_a_leader_whose_node_went_before_its_watch_saw_it_campaigns_again(
                 strict=True,
                 raises=AssertionError,
                 reason="on ZooKeeper a leader node created and deleted before the watch "
-                "read it is never reported: the candidate believes it leads and never "
-                "campaigns again (known gap, not fixed yet)",
+                "read it is never reported: a candidate that writes nothing believes it "
+                "leads until its session changes (a fenced write that fails ends the term: "
+                "LeaderElection.fenced_out)",
             )
         )
 

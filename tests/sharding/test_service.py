@@ -17,8 +17,20 @@ import registry
 from registry.backends.base import BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
-from registry.protocol import Create, Event, EventCallback, Node, Op, RegistryCenter, SessionState, Set, Watch
+from registry.protocol import (
+    Create,
+    Event,
+    EventCallback,
+    EventKind,
+    Node,
+    Op,
+    RegistryCenter,
+    SessionState,
+    Set,
+    Watch,
+)
 from registry.recipes.cache import TreeCache
+from registry.recipes.election import LeaderElection
 from sharding import (
     Assignment,
     AssignmentState,
@@ -291,6 +303,44 @@ def test_stale_leader_cannot_write_its_assignment(harness: Harness, executor: Th
     assert stale == [], "the expired leader wrote under its old term"
     final = second.current()
     assert final is not None and final.leader == second.leader() and final.leader_version > 0
+
+
+def test_a_leader_whose_node_went_unheard_learns_it_from_its_failed_write(
+    harness: Harness, executor: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader whose node was deleted without its election hearing of it (ZooKeeper's
+    watch misses a node created and deleted before it read it: ``test_election``) still
+    believes it leads; its next fenced write fails on the missing node, which ends its
+    term and makes it campaign again: the job gets a working leader and reshards."""
+    cluster = Cluster(harness, executor, total=4)
+    leader_id = ids(1)[0]
+    service = cluster.add(leader_id)
+    cluster.settled({leader_id})
+    path = JobPaths(JOB).leader
+    swallowed: list[Event] = []
+    deaf = threading.Event()
+    deaf.set()
+    heard = LeaderElection.on_event
+
+    def unheard(election: LeaderElection, event: Event) -> None:
+        if deaf.is_set() and event.path == path:
+            swallowed.append(event)
+            return
+        heard(election, event)
+
+    monkeypatch.setattr(LeaderElection, "on_event", unheard)
+    observer = cluster.connect()
+    observer.delete(path)
+    wait_for(lambda: any(e.kind is EventKind.DELETED for e in swallowed), 10, message="no deletion delivered")
+    deaf.clear()
+    assert service.is_leader and observer.get(path) is None  # leads, as far as it knows
+    service.update_settings(ShardingSettings(total=6))  # a resharding: a fenced flag write
+    wait_for(
+        lambda: cluster.all_current(lambda a: a.total == 6),
+        20,
+        message=lambda: f"no resharding: leader {service.is_leader}, node {observer.get(path)!r}",
+    )
+    assert service.is_leader and observer.get(path) == leader_id.encode()
 
 
 def test_faulty_custom_strategy_rejected_before_anything_is_written(
