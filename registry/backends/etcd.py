@@ -274,11 +274,11 @@ class EtcdRegistry(BaseRegistry):
             response = self._write(plan.request(), "transaction")
             if response.succeeded:
                 return
-            analyse_failure(ops, plan, response.responses)  # raises TxnOpFailed for an op
+            analyse_failure(ops, self._read(plan.reads))  # raises TxnOpFailed for an op
             missing = self._absent(creates_parents(ops))
         raise TransactionError(
-            "transaction kept conflicting with concurrent changes to parents; "
-            f"gave up after {_PLAN_ATTEMPTS} attempts (nothing applied)"
+            "transaction kept failing on concurrent changes to parents or to its nodes that were "
+            f"gone when read; gave up after {_PLAN_ATTEMPTS} attempts (nothing applied)"
         )
 
     # -- watches ---------------------------------------------------------------------------
@@ -327,14 +327,18 @@ class EtcdRegistry(BaseRegistry):
         return False
 
     def _absent(self, paths: list[str]) -> set[str]:
-        """Which of ``paths`` do not exist (read in transactions of ``max_txn_ops`` reads)."""
-        absent: set[str] = set()
+        """Which of ``paths`` do not exist."""
+        return {path for path, kv in self._read(paths).items() if kv is None}
+
+    def _read(self, paths: list[str]) -> dict[str, Any]:
+        """Each of ``paths`` -> its kv, or None if absent (read in transactions of
+        ``max_txn_ops`` reads; each consistent in itself, not with the others)."""
+        states: dict[str, Any] = {}
         for start in range(0, len(paths), self.max_txn_ops):
             chunk = paths[start : start + self.max_txn_ops]
             request = etcdrpc.TxnRequest(compare=[], success=[range_op(enc(p)) for p in chunk], failure=[])
-            states = read_states(chunk, self._conn.txn(request, idempotent=True, action="read").responses)
-            absent.update(p for p, kv in states.items() if kv is None)
-        return absent
+            states.update(read_states(chunk, self._conn.txn(request, idempotent=True, action="read").responses))
+        return states
 
     def _sequence_number(self, kv: Any) -> int:
         if kv is None:

@@ -12,8 +12,11 @@ Invariants kept here:
   so a new subtree is written in one request instead of a refused guard, a read of its
   parents and a second try. etcd checks a nested transaction's lists against what the
   outer lists leave of ``--max-txn-ops``, so the outer lists stay below the limit;
-- every transaction reads back, in its failure branch, each key it compared, so the
-  reason of a failure is known atomically, without a second round trip;
+- a registry transaction (``TxnPlan``, every fire's mark and its removal) has no failure
+  branch: it is sent lean, and only after it failed are its keys read, in a second request,
+  to name an op whose check fails (``analyse_failure``); a failure whose cause is gone by
+  then names none, and the caller plans and tries it again. A single write (``Plan``)
+  reads its node and parents back in its failure branch, so its re-plan knows them exactly;
 - no request exceeds the operations per list the server takes (etcd's ``--max-txn-ops``:
   128 unless the URL's ``max_txn_ops`` says the server was set up for more), and no key is
   written twice (etcd refuses both with INVALID_ARGUMENT): such requests are refused
@@ -22,7 +25,7 @@ Invariants kept here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,8 +196,7 @@ class TxnPlan:
 
     compares: list[_Cmp]
     success: list[_Put]
-    reads: list[str]
-    read_keys: list[bytes] = field(default_factory=list)  # ``reads`` encoded
+    reads: list[str]  # the ops' paths, read only once the transaction failed
     optional: list[_Cmp] = field(default_factory=list)  # as ``Plan.optional``
     #: parents no watch has reported, each put by a nested transaction if absent
     ensured: list[bytes] = field(default_factory=list)
@@ -210,7 +212,7 @@ class TxnPlan:
             return False
         if not self.ensured:
             return True
-        longest = max(len(self.compares) + len(self.optional), self._operations(), len(self.reads))
+        longest = max(len(self.compares) + len(self.optional), self._operations())
         return longest < self.limit
 
     def _operations(self) -> int:
@@ -223,7 +225,6 @@ class TxnPlan:
         compares = self.compares + self.optional if self.guards_fit() else self.compares
         _check_size("compares", len(compares), self.limit)
         _check_size("operations", self._operations(), self.limit)
-        _check_size("reads", len(self.reads), self.limit)
         request = etcdrpc.TxnRequest()
         add_compare = request.compare.add
         for key, target, result, number in compares:
@@ -250,9 +251,6 @@ class TxnPlan:
             nested = add_op().request_txn
             nested.compare.add(key=key, target=_VERSION, result=_EQ, version=0)
             nested.success.add().request_put.key = key
-        add_read = request.failure.add
-        for key in self.read_keys:
-            add_read().request_range.key = key
         return request
 
 
@@ -272,8 +270,8 @@ def plan_transaction(
     guards are left out, so the caller must first have read which parents exist; a
     recursive delete of such a parent racing with the transaction could then leave the new
     nodes without their parent key.
-    The failure branch reads only the ops' keys; after a guard failed the caller re-reads
-    the parents itself.
+    The request has no failure branch: ``reads`` are the ops' paths, for the caller to read
+    once it failed (``analyse_failure``); after a guard failed it re-reads the parents.
     """
     plan = TxnPlan(compares=[], success=[], reads=[], limit=limit)
     compares, success = plan.compares, plan.success
@@ -298,7 +296,6 @@ def plan_transaction(
         elif isinstance(op, Delete):
             success.append((key, None, 0, False))
     plan.reads = list(targets)
-    plan.read_keys = list(targets.values())
     create, ensure, guard = _pin_parents(created, targets, missing, unseen)
     for parent_path in create:
         key = enc(parent_path)
@@ -386,12 +383,13 @@ def creates_parents(ops: Sequence[Op]) -> list[str]:
     return list(found)
 
 
-def analyse_failure(ops: Sequence[Op], plan: Plan | TxnPlan, responses: Iterable[Any]) -> None:
-    """Raise ``TxnOpFailed`` for the first op (in caller order) whose compare failed.
+def analyse_failure(ops: Sequence[Op], states: Mapping[str, Any]) -> None:
+    """Raise ``TxnOpFailed`` for the first op (in caller order) whose compare fails
+    against ``states`` (each op's path -> its kv or None, read after the transaction failed).
 
-    Returning means a parent guard failed: the caller re-reads the parents and re-plans.
+    Returning means no op's check fails now: a parent guard failed, or what refused the
+    transaction changed before the read. The caller re-reads the parents and re-plans.
     """
-    states = read_states(plan.reads, responses)
 
     def version_of(path: str) -> int | None:
         kv = states.get(path)

@@ -1,8 +1,16 @@
-"""How the etcd backend pins the parents of the nodes a transaction creates, counted at
-the server (``/metrics``, the KV service's share): a parent a watch has reported is
-guarded (``version > 0``); one it has not is put by a nested transaction if absent, so a
-new subtree is written in one request, not a refused guard, a read of the parents and a
-second try. The hint is only a hint: these tests pin that it never changes an outcome."""
+"""What the etcd backend's transactions cost, counted at the server (``/metrics``, the KV
+service's share).
+
+Parents: a parent a watch has reported is guarded (``version > 0``); one it has not is
+put by a nested transaction if absent, so a new subtree is written in one request, not a
+refused guard, a read of the parents and a second try. The hint is only a hint: these
+tests pin that it never changes an outcome.
+
+Failures: a transaction is sent without a failure branch (every fire's mark and its
+removal pass here, and almost all of them apply); only once it failed are its ops' keys
+read, in a second request, to name an op whose check fails. A refusal whose cause is gone
+by that read names no op: the transaction is planned and tried again, and applies if its
+checks now pass."""
 
 from __future__ import annotations
 
@@ -16,7 +24,8 @@ import pytest
 import registry
 from benchmarks.server_counters import read_count
 from registry.backends.etcd import EtcdRegistry
-from registry.protocol import Create, Event
+from registry.errors import BadVersionError, NodeExistsError, TransactionError
+from registry.protocol import Check, Create, Event, Op, Set
 from tests.waiting import wait_for
 
 #: new subtrees written one transaction each
@@ -102,3 +111,73 @@ def test_a_parent_deleted_after_its_watch_reported_it_is_created_again(
         other.delete("/jobs")  # the guard of /jobs/a fails: read, planned again, created
         ours.transaction([Create("/jobs/a/servers/h", b"2")])
     assert other.get("/jobs/a/servers/h") == b"2" and other.get("/jobs/a") == b""
+
+
+def test_an_applied_transaction_is_one_request_and_a_refused_one_is_named_by_a_read(
+    pair: tuple[EtcdRegistry, EtcdRegistry],
+) -> None:
+    ours, _ = pair
+    ours.put("/job/sharding", b"a")
+    ours.put("/job/running", b"")
+    ours.put("/job/config", b"c")
+    version = ours.get_node("/job/sharding")
+    assert version is not None
+    mark: list[Op] = [
+        Check("/job/sharding", version.version),
+        Create("/job/running/i", b"fire 1", ephemeral=True),
+    ]
+    before = _kv_requests(ours)
+    ours.transaction(mark)
+    applied = _kv_requests(ours) - before
+    before = _kv_requests(ours)
+    with pytest.raises(TransactionError) as refused:
+        ours.transaction([Set("/job/config", b"d"), *mark])  # the mark's create: present
+    failed = _kv_requests(ours) - before
+    assert (ours.get("/job/running/i"), ours.get("/job/config")) == (b"fire 1", b"c")  # nothing applied
+    error = refused.value
+    assert (error.index, error.op) == (2, mark[1])
+    assert isinstance(error.cause, NodeExistsError) and error.cause.path == "/job/running/i"
+    # a few more from other clients of the session's server (its lease keepalives count
+    # elsewhere): the transaction alone, then the transaction and the read that names its op
+    assert applied <= 1 + 2, applied
+    assert 2 <= failed <= 2 + 2, failed
+
+
+def test_a_version_check_that_fails_is_named_with_the_version_it_expected(
+    pair: tuple[EtcdRegistry, EtcdRegistry],
+) -> None:
+    ours, other = pair
+    ours.put("/job/sharding", b"a")
+    node = ours.get_node("/job/sharding")
+    assert node is not None
+    other.put("/job/sharding", b"b")
+    with pytest.raises(TransactionError) as refused:
+        ours.transaction([Create("/job/running/i", b"f"), Check("/job/sharding", node.version)])
+    assert refused.value.index == 1
+    cause = refused.value.cause
+    assert isinstance(cause, BadVersionError) and cause.expected == node.version
+    assert ours.get_node("/job/running/i") is None
+
+
+def test_a_refusal_whose_cause_is_gone_by_the_read_is_tried_again_and_applies(
+    pair: tuple[EtcdRegistry, EtcdRegistry], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours, other = pair
+    ours.put("/job/running/i", b"stale")
+    ours.put("/job/config", b"c")
+    reads: list[list[str]] = []
+    read = ours._read
+
+    def read_after_the_cause_went(paths: list[str]) -> dict[str, Any]:
+        if not reads:
+            other.delete("/job/running/i")  # what refused the create is gone before the read
+        reads.append(list(paths))
+        return read(paths)
+
+    monkeypatch.setattr(ours, "_read", read_after_the_cause_went)
+    ours.transaction([Create("/job/running/i", b"fire 2"), Set("/job/config", b"d")])
+    # refused once; its ops' keys read (no op's check failing now), then its parents for
+    # the new plan, which applied
+    assert [path.partition("/job/")[2] for path in reads[0]] == ["running/i", "config"]
+    assert len(reads) == 2
+    assert (other.get("/job/running/i"), other.get("/job/config")) == (b"fire 2", b"d")
