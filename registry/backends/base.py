@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -309,6 +310,15 @@ class BaseRegistry(abc.ABC):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def session_deadline(self) -> float:
+        """The ``time.monotonic()`` until which this client's session is known to hold,
+        from the answers the server has given it: its ephemeral nodes are still there and
+        no other client can have been handed what they fence. Past it the session may
+        have expired though every call still succeeds (an answer held on its way here
+        arrives after the server gave the session up). ``inf`` on a backend whose answers
+        cannot come late (in-process)."""
+        return math.inf
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.url} state={self._state.value}>"

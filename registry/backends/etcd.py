@@ -87,6 +87,7 @@ class EtcdRegistry(BaseRegistry):
         self._conn = EtcdConnection(parsed)
         ttl = lease_ttl(parsed.session_timeout)
         lease_id: int | None = None
+        opened = time.monotonic()
         try:
             lease_id = self._conn.open(ttl)
             if parsed.max_txn_ops > ETCD_MAX_TXN_OPS:
@@ -100,7 +101,9 @@ class EtcdRegistry(BaseRegistry):
             self._session_events.stop()
             raise
         tag = f"{id(self):x}"
-        self._keeper = LeaseKeeper(self._conn, ttl, lease_id, self._set_state, f"registry-etcd-lease-{tag}")
+        self._keeper = LeaseKeeper(
+            self._conn, ttl, lease_id, self._set_state, f"registry-etcd-lease-{tag}", alive_until=opened + ttl
+        )
         self._supervisor = WatchSupervisor(
             self._conn,
             self._notify,
@@ -294,6 +297,11 @@ class EtcdRegistry(BaseRegistry):
         self._resync(registration, snapshot, emit=emit)
 
     # -- session and life cycle -----------------------------------------------------------------
+    def session_deadline(self) -> float:
+        """The lease's end as its latest answered refresh (or grant) vouches for it:
+        ``LeaseKeeper.alive_until``."""
+        return self._keeper.alive_until
+
     def server_time(self) -> float:
         if self._closed:
             raise RegistryError(f"registry client {self.url} is closed")

@@ -11,6 +11,11 @@ what it learns into session states.
 
 Invariant: ``lease_id`` is always the lease new ephemeral nodes must use; only the keeper
 thread replaces it, and only after reporting ``LOST``.
+
+Invariant: the lease lives at least until ``alive_until``. etcd ends a lease its TTL after
+the last refresh it applied, and it applied a refresh (or a grant) no earlier than the
+request was sent: the send time of the latest answered one plus the TTL it reported. A
+refresh that has had no answer moves nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 
 from registry.backends.etcd_conn import EtcdConnection
@@ -46,8 +52,12 @@ class LeaseKeeper:
         lease_id: int,
         report: Callable[[SessionState], None],
         name: str,
+        *,
+        alive_until: float,
     ) -> None:
         self._conn = conn
+        #: ``time.monotonic()`` until which the lease is known to live (module invariant)
+        self.alive_until = alive_until
         self._ttl = ttl
         self._lease_id = lease_id
         self._report = report
@@ -88,6 +98,7 @@ class LeaseKeeper:
             self._wake.clear()
             if self._stopped.is_set():
                 return
+            sent = time.monotonic()
             try:
                 remaining = self._conn.keepalive(self._lease_id, min(interval, self._conn.call_timeout))
             except SessionLostError:
@@ -104,9 +115,13 @@ class LeaseKeeper:
                 delay = interval
                 continue
             if remaining <= 0:
+                self.alive_until = -math.inf  # gone, whatever the last refresh said (revoked)
                 self._renew()
                 suspended = False
-            elif suspended:
+                delay = interval
+                continue
+            self.alive_until = max(self.alive_until, sent + remaining)
+            if suspended:
                 suspended = False
                 self._report(SessionState.RECONNECTED)
             delay = interval
@@ -116,6 +131,7 @@ class LeaseKeeper:
         self._report(SessionState.LOST)
         delay = 0.05
         while not self._stopped.is_set():
+            sent = time.monotonic()
             try:
                 self._lease_id = self._conn.grant(self._ttl, self._conn.call_timeout)
             except RegistryError as exc:
@@ -123,6 +139,7 @@ class LeaseKeeper:
                 self._stopped.wait(delay)
                 delay = min(delay * 2, 1.0)
                 continue
+            self.alive_until = sent + self._ttl  # the old lease is gone: its time says nothing
             log.info("etcd session renewed with lease %x", self._lease_id)
             self._report(SessionState.CONNECTED)
             return

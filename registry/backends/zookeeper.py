@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
 from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
-from registry.backends.zookeeper_connect import tune_connection
+from registry.backends.zookeeper_connect import granted_timeout, tune_connection
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler
 from registry.backends.zookeeper_rewatch import rearm
@@ -122,6 +123,8 @@ class ZooKeeperRegistry(BaseRegistry):
         self._state_guard = threading.Lock()
         self._worker = Dispatcher(f"registry-zkwatch-{id(self):x}")
         self._clock_path = self._ns.prefix + _CLOCK_NODE
+        #: when the latest applied transaction was sent (``session_deadline``)
+        self._answered_sent = -math.inf
 
         auth_data: list[tuple[str, str]] | None = None
         acl: list[Any] | None = None
@@ -187,6 +190,7 @@ class ZooKeeperRegistry(BaseRegistry):
                 self._drops += 1
                 self._io.connected.clear()
                 self._lost = True
+                self._answered_sent = -math.inf  # nothing answered so far vouches any more
                 self._set_state(SessionState.LOST)
             elif state == KazooState.CONNECTED:
                 client_id = self._client.client_id
@@ -199,6 +203,7 @@ class ZooKeeperRegistry(BaseRegistry):
                 if not lost and session_id == previous:
                     self._set_state(SessionState.RECONNECTED)
                 else:
+                    self._answered_sent = -math.inf  # a new session: the old one's answers say nothing
                     if not lost:
                         self._set_state(SessionState.LOST)
                     self._set_state(SessionState.CONNECTED)
@@ -372,7 +377,20 @@ class ZooKeeperRegistry(BaseRegistry):
         return True
 
     def _transaction(self, ops: list[Op]) -> None:
+        sent = time.monotonic()
         run_transaction(self._io, ops, self._client_path)
+        if sent > self._answered_sent:  # a lost race keeps an earlier time: a nearer deadline
+            self._answered_sent = sent
+
+    def session_deadline(self) -> float:
+        """Invariant: ZooKeeper expires a session the granted timeout after it last heard
+        from the client, and it heard a request it answered no earlier than the request
+        was sent: the latest applied transaction's send time plus that timeout (or the
+        requested one, if smaller or the grant is unknown). kazoo's pings and other calls
+        are not counted: the deadline is only ever earlier than the session's end."""
+        requested = self.session_timeout
+        granted = granted_timeout(self._client)
+        return self._answered_sent + (requested if granted is None else min(requested, granted))
 
     def server_time(self) -> float:
         path = self._clock_path

@@ -26,10 +26,11 @@ import logging
 from typing import Any
 
 from kazoo.protocol.connection import ConnectionHandler
+from kazoo.protocol.serialization import Connect
 
 from registry.backends.zookeeper_socket import BatchedSocketIO
 
-__all__ = ["tune_connection"]
+__all__ = ["granted_timeout", "tune_connection"]
 
 log = logging.getLogger("registry.zookeeper")
 
@@ -38,12 +39,27 @@ _OVERRIDDEN = ("_invoke", "_read", "_read_socket", "_send_request", "_write", "_
 
 
 class _TunedConnection(BatchedSocketIO):
-    """kazoo's connection handler, each handshake read capped at ``attempt_timeout``."""
+    """kazoo's connection handler, each handshake read capped at ``attempt_timeout``; it
+    keeps the session timeout the server granted (kazoo logs it and keeps nothing)."""
 
     attempt_timeout: float
+    #: seconds, from the last handshake's answer; None before the first
+    granted_timeout: float | None = None
 
     def _invoke(self, timeout: float, request: Any, xid: int | None = None) -> Any:
-        return super()._invoke(min(timeout, self.attempt_timeout), request, xid)
+        answer = super()._invoke(min(timeout, self.attempt_timeout), request, xid)
+        if isinstance(request, Connect):
+            granted = answer[0].time_out
+            if granted > 0:
+                self.granted_timeout = granted / 1000.0
+        return answer
+
+
+def granted_timeout(client: Any) -> float | None:
+    """The session timeout (s) the server granted ``client`` at its last handshake, or
+    None when it is not known (no handshake yet, or kazoo's handler left untuned)."""
+    timeout = getattr(client._connection, "granted_timeout", None)
+    return timeout if isinstance(timeout, float) else None
 
 
 def tune_connection(client: Any, timeout: float) -> bool:
