@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import random
 import threading
 import time
@@ -125,9 +126,20 @@ class Runtime:
         return self.rejoin.submit
 
     @functools.cached_property
+    def session_deadline(self) -> Callable[[], float]:
+        """``reg.session_deadline`` (``BaseRegistry``); a registry without one vouches for
+        its session always, as before it had one."""
+        deadline: Callable[[], float] | None = getattr(self.reg, "session_deadline", None)
+        return deadline if callable(deadline) else _ALWAYS
+
+    @functools.cached_property
     def upgrade_layout(self) -> Callable[[Sequence[Check]], object] | None:
         """``layout.upgrade``, or None without a layout upgrader."""
         return None if self.layout is None else self.layout.upgrade
+
+
+def _ALWAYS() -> float:
+    return math.inf
 
 
 def sharding_settings(config: JobConfig) -> ShardingSettings:
@@ -830,9 +842,26 @@ class JobRunner:
         marks = self.sharding.marks
         mark = request.mark
         if error is None:
-            self._launch(marks.adopt(request), FAILOVER if request.claimed else source)
+            if time.monotonic() < self._rt.session_deadline():
+                self._launch(marks.adopt(request), FAILOVER if request.claimed else source)
+                return
+            # Hazard: the answer may have been held on its way here past the session's
+            # end, and the leader may have handed the items on since: started now, they
+            # could run beside their new owner. Not started; the mark, if the session
+            # still holds it, is removed as stale before the fire is tried again.
+            late = marks.answered_late(request)
+            if request.claimed and not self._rt.stopping.is_set():
+                self._rt.coordinator.submit(self._requeue_claimed, request, "answered after the session's deadline")
+                return
+            self._not_started(mark.fire_time, late)
             return
         refused = marks.refusal(request, error)
+        if request.claimed and refused.reason is FenceReason.REGISTRY and not self._rt.stopping.is_set():
+            # the claim may have been applied, its entries gone from the queue with
+            # nothing run: they go back to the queue (owed instead, the fire would be
+            # replayed as this job's own, running this instance's items once more)
+            self._rt.coordinator.submit(self._requeue_claimed, request, "of unknown outcome")
+            return
         if attempt + 1 < _MARK_ATTEMPTS and not self._rt.stopping.is_set():
             # a resharding began between reading the assignment and marking: plan this
             # fire again with the new one rather than dropping it; a mark in place while
@@ -846,6 +875,26 @@ class JobRunner:
                 )
                 return
         self._not_started(mark.fire_time, refused)
+
+    def _requeue_claimed(self, request: MarkRequest, why: str) -> None:
+        """A failover run not started whose claim may have been applied: its entries go
+        back to the queue (a no-op for those still there; their items' owners run them),
+        the mark it may have left is removed as stale (else the next claim is refused by
+        it, and the next, until a fire of the job's own removes it), and this run ends.
+        Not owed: replayed, its fire would run this job's own items."""
+        log.warning(
+            "job %s: failover run of fire %.3f not started: its claim was %s",
+            self.name,
+            request.mark.fire_time,
+            why,
+        )
+        try:
+            self.sharding.queue_failover(request.claimed, f"claimed by a mark {why}")
+            self.sharding.marks.remove_stale_mark()
+        except RegistryError as exc:
+            log.warning("job %s: the mark of a failover run not started stays in doubt: %s", self.name, exc)
+        finally:
+            self._run_ended()
 
     def _replan_after_stale_mark(self, refused: FencedOut, fire_time: float, attempt: int, source: str) -> None:
         try:

@@ -191,6 +191,16 @@ class RunMarks:
             self.last_fire = fire if self.last_fire is None else max(self.last_fire, fire)
         return request.mark
 
+    def answered_late(self, request: MarkRequest) -> FencedOut:
+        """``request`` was applied, but its answer came after the session's deadline: not
+        held, and in doubt (the mark stays at the server while the session lasts)."""
+        self.in_doubt = True
+        return FencedOut(
+            f"job {self._paths.job}: run of fire {request.mark.fire_time:.3f} not started, its mark was "
+            "answered after the session's deadline",
+            FenceReason.REGISTRY,
+        )
+
     def refusal(self, request: MarkRequest, error: BaseException) -> FencedOut:
         """The ``FencedOut`` that ``error`` (from applying ``request``) means; an error
         that leaves the outcome unknown puts the mark in doubt."""
