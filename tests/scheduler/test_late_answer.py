@@ -52,7 +52,7 @@ class _LateOnce(CountingRegistry):
         self._which: Callable[[Sequence[Op]], bool] | None = None
         self._late = False
         self._lose = False
-        #: when the late answer was told (``time.time()``); None until then
+        #: when the picked transaction was applied (``time.time()``); None until then
         self.told_at: float | None = None
 
     def arm(self, which: Callable[[Sequence[Op]], bool] = _marks, *, lost: bool = False) -> None:
