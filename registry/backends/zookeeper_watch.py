@@ -35,6 +35,8 @@ Invariants kept here:
   server's path is made per request (``_server``), since one kept per node, and its
   entry in the table of interned strings, cost about 1 KiB a job;
 - parents are reported before their children, deletions deepest first;
+- an absent root whose exists watch fired, and which is gone again by its read, is
+  reported DELETED (``_came_and_went``): it was there in between;
 - a cancelled (or failed-to-start) registration ignores every later notification;
 - notifications whose reads the connection's drop interrupted are kept and handled
   after the reconnect (``resume``): their watches fired, so no re-arm reports them again;
@@ -59,7 +61,7 @@ from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_
 from registry.backends.zookeeper_rewatch import Rearm, rearm
 from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
-from registry.protocol import EventKind, Node
+from registry.protocol import Event, EventKind, Node
 
 __all__ = ["TreeWatcher"]
 
@@ -106,6 +108,8 @@ class TreeWatcher:
         self._events: list[tuple[bool, Any, str]] = []
         self._events_lock = threading.Lock()
         self._drain_scheduled = False
+        #: the absent root's exists watch fired (it was created) and it is not read yet
+        self._root_came = False
         #: kazoo keeps the callback of every watch it arms: one bound method for all of
         #: them, not one made per read
         self.data_callback: Callable[[Any], None] = self.on_data
@@ -344,6 +348,8 @@ class TreeWatcher:
             return  # below a deleted node: the parent's child watch covers a re-creation
         known = self._known.get(path)
         if known is None or answer is None:
+            if path == self.root and known is None and event_type == EventType.CREATED:
+                self._root_came = True
             adopt.append(path)
             return
         if isinstance(answer, KzNoNode):
@@ -369,6 +375,10 @@ class TreeWatcher:
             exists = self._io.client.exists_async(self._server(self.root), watch=self.data_callback)
             if self._io.wait(exists, self._io.read_deadline()) is not None:
                 found, kids = self._scan(paths)
+        if self.root in paths:
+            came, self._root_came = self._root_came, False
+            if came and self.root not in self._known and not any(p == self.root for p, _, _ in found):
+                self._came_and_went()
         for path, node, czxid in found:
             if path != self.root and parent(path) not in self._known:
                 continue  # its parent vanished between the reads
@@ -384,6 +394,20 @@ class TreeWatcher:
         for path, children in kids.items():
             if path in self._known:
                 self._add_kids(path, children)
+
+    def _came_and_went(self) -> None:
+        """The root was created and deleted before its read: report it DELETED, though
+        never reported CREATED (what it held is gone with it).
+
+        Hazard: a one-shot watch hears of a change and reads the node afterwards, so a node
+        that came and went in between is otherwise never reported at all; a watch of one
+        node (an election's of its leader node) would miss that its node went. Here the
+        exists watch that fired is the proof that it came. Below the root the proof is a
+        parent's child watch, which names no child: such a node stays unreported."""
+        registration = self.registration
+        with registration.lock:  # in order with ``_notify``'s events, as they are sent
+            gone = Event(EventKind.DELETED, registration.to_client(registration.root), None, None)
+            self._owner._deliver(registration, [gone])
 
     def _add_kids(self, path: str, children: Iterable[str]) -> None:
         """Note those of ``children`` that are known as children of ``path``."""

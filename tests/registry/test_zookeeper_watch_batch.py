@@ -103,3 +103,40 @@ def test_a_node_changed_then_made_again_before_its_read_is_reported_deleted_and_
     finally:
         reg.close()
         writer.close()
+
+
+def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(zk_server: Any) -> None:
+    """A watch of an absent node hears of its creation by an exists watch, and reads it
+    afterwards: one deleted before that read was never reported at all, so a watch of one
+    node (a ``LeaderElection``'s of its leader node) missed that it went. It is reported
+    DELETED, never CREATED (what it held went with it), and the watch goes on: a later
+    creation is reported as any."""
+    namespace = "/came" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    gate = threading.Event()
+    try:
+        assert isinstance(reg, ZooKeeperRegistry)
+        log = EventLog()
+        reg.watch("/w/n", log)
+        assert reg.flush_events(PROMPT)
+
+        def hold() -> None:
+            gate.wait(PROMPT)
+
+        reg._worker.submit(hold)  # the worker is busy: the read waits for the gate
+        fired = threading.Event()
+        spy = reg._io.client.exists(f"{namespace}/w/n", watch=lambda _: fired.set())
+        assert spy is None
+        writer.put("/w/n", b"a")
+        assert fired.wait(PROMPT)  # the server has told the exists watches of the creation
+        writer.delete("/w")
+        gate.set()
+        log.wait(EventKind.DELETED, "/w/n")
+        assert [e.kind for e in log.of("/w/n")] == [EventKind.DELETED]
+        writer.put("/w/n", b"b")
+        log.wait(EventKind.CREATED, "/w/n", b"b")
+    finally:
+        gate.set()
+        writer.close()
+        reg.close()
