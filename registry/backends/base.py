@@ -66,6 +66,7 @@ __all__ = [
     "OpFailure",
     "TxnOpFailed",
     "WatchRegistration",
+    "op_failed",
 ]
 
 log = logging.getLogger("registry")
@@ -96,6 +97,19 @@ class TxnOpFailed(Exception):
         super().__init__(f"op {index}: {reason.value}")
         self.index = index
         self.reason = reason
+
+
+def op_failed(ops: Sequence[Op], failed: TxnOpFailed) -> TransactionError:
+    """The caller's error for a backend's ``TxnOpFailed`` on ``ops`` (caller's paths)."""
+    op = ops[failed.index]
+    cause: RegistryError
+    if failed.reason is OpFailure.EXISTS:
+        cause = NodeExistsError(op.path)
+    elif failed.reason is OpFailure.NO_NODE:
+        cause = NoNodeError(op.path)
+    else:
+        cause = BadVersionError(op.path, getattr(op, "version", None))
+    return TransactionError.for_op(failed.index, op, cause)
 
 
 def _moved(op: Create | Set | Delete, path: str) -> Create | Set | Delete:
@@ -374,15 +388,29 @@ class BaseRegistry(abc.ABC):
         try:
             self._call(self._transaction, stored_ops)
         except TxnOpFailed as failed:
-            op = ops[failed.index]
-            cause: RegistryError
-            if failed.reason is OpFailure.EXISTS:
-                cause = NodeExistsError(op.path)
-            elif failed.reason is OpFailure.NO_NODE:
-                cause = NoNodeError(op.path)
+            raise op_failed(ops, failed) from None
+
+    #: True where ``transactions`` sends its transactions in ONE request (etcd's nested
+    #: transactions): the group commit then gives each caller a transaction of its own
+    #: instead of joining them into one (``registry.recipes.batch``)
+    separate_transactions = False
+
+    def transactions(self, groups: Sequence[Sequence[Op]]) -> list[BaseException | None]:
+        """Apply each of ``groups`` as a transaction of its own (each all-or-nothing, as
+        ``transaction``; independent of the others, which may be applied in any order),
+        and return each one's outcome: None once applied, else the error that refused it
+        (or left its outcome unknown). Here one request per group; a backend that sets
+        ``separate_transactions`` sends them together, and raises when that request's
+        outcome is unknown (for every group)."""
+        outcomes: list[BaseException | None] = []
+        for group in groups:
+            try:
+                self.transaction(group)
+            except Exception as exc:
+                outcomes.append(exc)
             else:
-                cause = BadVersionError(op.path, getattr(op, "version", None))
-            raise TransactionError.for_op(failed.index, op, cause) from None
+                outcomes.append(None)
+        return outcomes
 
     # -- watches ----------------------------------------------------------------------
     def watch(
@@ -636,6 +664,30 @@ class BaseRegistry(abc.ABC):
             raise
         self.call_stats.record(operation)
         return result
+
+    def _check_groups(
+        self, groups: Sequence[Sequence[Op]]
+    ) -> tuple[list[BaseException | None], list[tuple[int, list[Op], list[Op]]]]:
+        """``_check_ops`` of each of ``transactions``' groups: the outcome of each group
+        refused here, and ``(index, caller's ops, stored ops)`` of each one to send.
+        Raises ``ValueError`` when one group writes inside a subtree another deletes: one
+        request cannot hold both (etcd refuses it whole), so the caller sends them apart."""
+        outcomes: list[BaseException | None] = [None] * len(groups)
+        checked: list[tuple[int, list[Op], list[Op]]] = []
+        for index, group in enumerate(groups):
+            ops = list(group)
+            try:
+                stored = self._check_ops(ops)
+            except (TransactionError, ValueError) as exc:
+                outcomes[index] = exc
+                continue
+            if stored:
+                checked.append((index, ops, stored))
+        every = [op for _, ops, _ in checked for op in ops]
+        deletes = {op.path: index for index, op in enumerate(every) if isinstance(op, Delete)}
+        if deletes and len(deletes) < sum(1 for op in every if not isinstance(op, Check)):
+            _refuse_writes_below_deletes(every, deletes)
+        return outcomes, checked
 
     def _check_ops(self, ops: list[Op]) -> list[Op]:
         if len(ops) > self._parsed.max_txn_ops:

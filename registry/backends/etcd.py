@@ -29,12 +29,13 @@ from typing import Any
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
-from registry.backends.base import BaseRegistry, WatchRegistration
+from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration, op_failed
 from registry.backends.etcd_conn import EtcdConnection
 from registry.backends.etcd_session import LeaseKeeper, lease_ttl
 from registry.backends.etcd_txn import (
     ETCD_MAX_TXN_OPS,
     TOO_MANY_OPS,
+    TxnPlan,
     analyse_failure,
     creates_parents,
     delete_ops,
@@ -46,6 +47,8 @@ from registry.backends.etcd_txn import (
     put_op,
     range_op,
     read_states,
+    separate_request,
+    separate_room,
     subtree_prefix,
     transaction_cost,
     version_cmp,
@@ -283,6 +286,56 @@ class EtcdRegistry(BaseRegistry):
             "transaction kept failing on concurrent changes to parents or to its nodes that were "
             f"gone when read; gave up after {_PLAN_ATTEMPTS} attempts (nothing applied)"
         )
+
+    #: every fire's mark and its removal: each caller's transaction nested in one request
+    separate_transactions = True
+
+    def transactions(self, groups: Sequence[Sequence[Op]]) -> list[BaseException | None]:
+        """Each of ``groups`` as a transaction of its own, nested in ONE request
+        (``separate_request``): a mark costs its own four compares against etcd's limit per
+        list, not a share of one transaction's, so a request holds about 124 marks where a
+        joined transaction held 32, and one whose check fails costs the others nothing.
+
+        A group whose checks fail is read back to name its op (one read for all of them);
+        one whose cause is gone by then, and one that needs more room or a parent its
+        watch has not reported, is applied on its own (``transaction``). Raises when the
+        shared request's outcome is unknown."""
+        outcomes, checked = self._check_groups(groups)
+        room = separate_room(len(checked), self.max_txn_ops)
+        lease = self._keeper.lease_id
+        nested: list[tuple[int, list[Op], list[Op], TxnPlan]] = []
+        alone: list[tuple[int, list[Op]]] = []
+        for index, ops, stored in checked:
+            plan = plan_transaction(stored, lease, set(), room, self._unseen)
+            if plan.nestable():
+                nested.append((index, ops, stored, plan))
+            else:
+                alone.append((index, ops))
+        if nested:
+            response = self._call(self._transactions, separate_request([n[3] for n in nested], self.max_txn_ops))
+            failed = [
+                entry
+                for entry, answer in zip(nested, response.responses, strict=True)
+                if not answer.response_txn.succeeded
+            ]
+            if failed:
+                states = self._read(list(dict.fromkeys(path for entry in failed for path in entry[3].reads)))
+                for index, ops, stored, _ in failed:
+                    try:
+                        analyse_failure(stored, states)
+                    except TxnOpFailed as op_failure:
+                        outcomes[index] = op_failed(ops, op_failure)
+                    else:
+                        alone.append((index, ops))  # its cause is gone: planned again
+        for index, ops in alone:
+            try:
+                self.transaction(ops)
+            except Exception as exc:
+                outcomes[index] = exc
+        return outcomes
+
+    def _transactions(self, request: Any) -> Any:
+        return self._write(request, "transaction")
 
     # -- watches ---------------------------------------------------------------------------
     def _start_watch(self, registration: WatchRegistration, initial: bool) -> None:

@@ -53,6 +53,8 @@ __all__ = [
     "put_op",
     "range_op",
     "read_states",
+    "separate_request",
+    "separate_room",
     "subtree_prefix",
     "transaction_cost",
     "version_cmp",
@@ -215,17 +217,28 @@ class TxnPlan:
         longest = max(len(self.compares) + len(self.optional), self._operations())
         return longest < self.limit
 
+    def nestable(self) -> bool:
+        """Fits its limit with every guard and nests no transaction of its own: it can be
+        one of the transactions of a shared request (``separate_request``)."""
+        return not self.ensured and self.guards_fit() and self._operations() <= self.limit
+
     def _operations(self) -> int:
         return sum(1 if value is not None else 2 for _, value, _, _ in self.success) + len(self.ensured)
 
     def request(self) -> Any:
         """As ``Plan.request``; a plan with nested transactions must ``fit``."""
+        request = etcdrpc.TxnRequest()
+        self.fill(request)
+        return request
+
+    def fill(self, request: Any) -> None:
+        """Write the request into the empty ``TxnRequest`` ``request``, in place (a
+        nested transaction of a shared request: ``separate_request``)."""
         if self.ensured and not self.fits():
             raise ValueError("no room for the nested transactions: plan with the parents read instead")
         compares = self.compares + self.optional if self.guards_fit() else self.compares
         _check_size("compares", len(compares), self.limit)
         _check_size("operations", self._operations(), self.limit)
-        request = etcdrpc.TxnRequest()
         add_compare = request.compare.add
         for key, target, result, number in compares:
             if target == _VERSION:
@@ -251,7 +264,6 @@ class TxnPlan:
             nested = add_op().request_txn
             nested.compare.add(key=key, target=_VERSION, result=_EQ, version=0)
             nested.success.add().request_put.key = key
-        return request
 
 
 def plan_transaction(
@@ -304,6 +316,40 @@ def plan_transaction(
     plan.ensured = [enc(parent_path) for parent_path in ensure]
     plan.optional.extend((enc(parent_path), _VERSION, _GT, 0) for parent_path in guard)
     return plan
+
+
+#: the key of ``separate_request``'s put that never runs: outside every namespace (a stored
+#: path starts with "/"), and never written
+_QUOTA_PROBE = b"\x00shardjob-quota-probe"
+
+
+def separate_room(count: int, limit: int = ETCD_MAX_TXN_OPS) -> int:
+    """The ops per list each of ``count`` transactions nested in one request may hold:
+    etcd checks a nested transaction's lists against the limit less the outer request's
+    longest list, here the ``count`` nested transactions themselves."""
+    return limit - count
+
+
+def separate_request(plans: Sequence[TxnPlan], limit: int = ETCD_MAX_TXN_OPS) -> Any:
+    """One request applying each of ``plans`` as a transaction of its own, nested in an
+    outer one that checks nothing: each nested one succeeds or fails alone (its
+    ``succeeded`` in the answer), so one whose check fails costs the others nothing.
+    Each plan is made with ``separate_room(len(plans), limit)`` as its limit and nests no
+    transaction of its own."""
+    _check_size("nested transactions", len(plans), limit)
+    room = separate_room(len(plans), limit)
+    request = etcdrpc.TxnRequest()
+    # Hazard: etcd charges a transaction against its space quota (NOSPACE) by the puts of
+    # its costlier branch, top level only: a nested transaction's puts count for nothing,
+    # so a request of nested ones alone would write on past a full database. The trick:
+    # a put in the failure branch, which never runs (no compare can fail), makes it cost.
+    request.failure.add().request_put.key = _QUOTA_PROBE
+    add_op = request.success.add
+    for plan in plans:
+        if plan.ensured or plan.limit > room:
+            raise ValueError("a nested transaction must leave the outer list its room and nest none of its own")
+        plan.fill(add_op().request_txn)
+    return request
 
 
 def _pin_parents(

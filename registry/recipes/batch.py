@@ -10,6 +10,14 @@ thousand. ``committers`` threads keep that many shared transactions in flight: a
 that syncs its log to disk before it answers takes milliseconds per transaction whatever
 its size, and lets concurrent ones share the sync.
 
+Where the registry sends several transactions in one request, each on its own
+(``separate_transactions``: etcd's nested transactions), a shared request carries each
+caller's transaction as its own instead of one joined: etcd bounds each list of a
+request, and a nested transaction's lists by what the outer list of them leaves, so the
+cost of a shared request is its longest transaction's plus one per transaction (about 124
+fires' marks where a joined transaction held 32), and a caller whose check fails is told
+with the others' outcomes, none applied again.
+
 Invariants:
 
 - Each caller's transaction stays all-or-nothing and independent of the others. When the
@@ -101,6 +109,12 @@ class TransactionBatcher:
         if max_ops < 1 or max_bytes < 1 or max_delay < 0 or committers < 1:
             raise ValueError("max_ops, max_bytes and committers must be >= 1 and max_delay >= 0")
         self._reg = reg
+        #: ``reg.transactions`` where it sends each caller's transaction as one of its own
+        #: in the shared request (``BaseRegistry.separate_transactions``); else None, and
+        #: they are joined into one transaction
+        self._separate: Callable[[list[Sequence[Op]]], list[BaseException | None]] | None = (
+            getattr(reg, "transactions", None) if getattr(reg, "separate_transactions", False) else None
+        )
         self.max_ops = max_ops
         self.max_bytes = max_bytes
         self.max_delay = max_delay
@@ -257,15 +271,14 @@ class TransactionBatcher:
     def _full(self) -> bool:
         # By index, not by iterating: submits append without the lock, and an iterator
         # raises once the deque has grown. Only committers, under the lock, take from the
-        # left, so the first indices stay put; a request costs at least 1, so the first
-        # max_ops requests tell.
+        # left, so the first indices stay put; a request costs at least 1, so the loop
+        # ends within the packing's capacity.
         pending = self._pending
-        cost = 0
-        for index in range(min(len(pending), self.max_ops)):
-            cost += pending[index].cost
-            if cost >= self.max_ops:
-                return True
-        return False
+        packing = self._packing()
+        return any(not packing.add(pending[index].cost) or packing.full for index in range(len(pending)))
+
+    def _packing(self) -> _Packing:
+        return _Packing(self.max_ops, _NESTED_GROUPS if self._separate is not None else 1)
 
     def _take(self) -> list[_Request]:
         """The oldest requests that fit together (lock held); the first always goes. They
@@ -279,21 +292,22 @@ class TransactionBatcher:
         longer."""
         batch: list[_Request] = []
         kept: collections.deque[_Request] = collections.deque()
-        cost = size = 0
+        packing = self._packing()
+        size = 0
         written: set[str] = set()
         while self._pending:
             self._in_flight += 1
             request = self._pending.popleft()
-            fits = cost + request.cost <= self.max_ops and size + request.size <= self.max_bytes
-            if batch and not fits:
-                self._pending.appendleft(request)
-                self._in_flight -= 1
-                break
             if batch and not written.isdisjoint(request.written):
                 kept.append(request)  # writes a path this batch writes: the next batch
                 continue
+            if batch and (size + request.size > self.max_bytes or not packing.add(request.cost)):
+                self._pending.appendleft(request)
+                self._in_flight -= 1
+                break
+            if not batch:
+                packing.add(request.cost)  # the first always goes
             batch.append(request)
-            cost += request.cost
             size += request.size
             written |= request.written
         self._pending.extendleft(reversed(kept))
@@ -301,6 +315,51 @@ class TransactionBatcher:
         return batch
 
     def _commit(self, batch: list[_Request]) -> None:
+        if self._separate is not None:
+            self._commit_separately(batch, self._separate)
+        else:
+            self._commit_joined(batch)
+
+    def _commit_separately(
+        self, batch: list[_Request], transactions: Callable[[list[Sequence[Op]]], list[BaseException | None]]
+    ) -> None:
+        """``batch`` in one request of up to ``_NESTED_GROUPS`` transactions, each joining
+        the requests ``_Packing`` puts in it (``BaseRegistry.transactions``). A group that
+        failed on one op tells its owner and goes again without it (in the next request,
+        with any other such group); one refused whole goes joined (``_commit_joined``,
+        which splits it); an unknown outcome is told to its group alone."""
+        part = self._unless_doomed(batch)
+        while part:
+            groups = _groups(self._packing(), part)
+            with self._stats:
+                self.commits += 1
+            try:
+                outcomes = transactions([[op for request in group for op in request.ops] for group in groups])
+            except ValueError:
+                # one writes inside a subtree another deletes: not in one request, nothing sent
+                self._commit_joined(part)
+                return
+            except Exception as exc:  # outcome unknown
+                self._finish(part, exc)
+                return
+            again: list[_Request] = []
+            for group, outcome in zip(groups, outcomes, strict=True):
+                if outcome is None:
+                    with self._stats:
+                        self.applied += len(group)
+                    self._finish(group, None)
+                elif isinstance(outcome, TransactionError) and outcome.index is not None:
+                    owner, error = _attribute(group, outcome)
+                    group.remove(owner)
+                    self._finish([owner], error)
+                    again += group  # the others at once: their ops were not at fault
+                elif isinstance(outcome, (TransactionError, ValueError)):
+                    self._commit_joined(group)  # refused whole, nothing applied: split
+                else:
+                    self._finish(group, outcome)  # outcome unknown
+            part = self._unless_doomed(again)
+
+    def _commit_joined(self, batch: list[_Request]) -> None:
         parts = [batch]
         while parts:
             part = self._unless_doomed(parts.pop())
@@ -364,6 +423,57 @@ class TransactionBatcher:
                 request.callback(error)
             except Exception:
                 log.exception("a commit callback raised; the batcher goes on")
+
+
+#: joined transactions nested in one request where the registry sends them separately:
+#: each may hold the server's limit less this many ops per list (``separate_room``)
+_NESTED_GROUPS = 4
+
+
+class _Packing:
+    """Requests, in order, into ``groups`` joined transactions of at most ``limit`` cost
+    each (``limit - groups`` when nested in one request); one group is a plain joined
+    transaction of ``limit``. The first request goes whatever its cost."""
+
+    __slots__ = ("_filled", "_groups", "_limit", "_used")
+
+    def __init__(self, limit: int, groups: int) -> None:
+        self._limit = limit if groups == 1 else limit - groups
+        self._groups = groups
+        self._filled = 0  # groups closed
+        self._used = 0  # cost in the open group
+
+    @property
+    def group(self) -> int:
+        """The group the last request added went to."""
+        return self._filled
+
+    @property
+    def full(self) -> bool:
+        """Nothing more fits: the last group is filled to its limit."""
+        return self._filled + 1 >= self._groups and self._used >= self._limit
+
+    def add(self, cost: int) -> bool:
+        """Place a request of ``cost``; False (nothing placed) when it fits no group."""
+        if self._used and self._used + cost > self._limit:
+            if self._filled + 1 >= self._groups or cost > self._limit:
+                return False
+            self._filled += 1
+            self._used = 0
+        self._used += cost
+        return True
+
+
+def _groups(packing: _Packing, requests: list[_Request]) -> list[list[_Request]]:
+    """``requests`` split into ``packing``'s groups, in order (all fit: ``_take``)."""
+    groups: list[list[_Request]] = []
+    for request in requests:
+        if not packing.add(request.cost):
+            raise AssertionError("a batch taken to fit does not")
+        if packing.group == len(groups):
+            groups.append([])
+        groups[packing.group].append(request)
+    return groups
 
 
 def _attribute(batch: list[_Request], exc: TransactionError) -> tuple[_Request, TransactionError]:

@@ -18,7 +18,7 @@ from registry.backends.base import MAX_TXN_BYTES, MAX_TXN_OPS, BaseRegistry
 from registry.counting import CountingRegistry
 from registry.errors import TransactionError
 from registry.protocol import Check, Create, Delete, Op
-from registry.recipes.batch import BatcherClosed, TransactionBatcher, _Request
+from registry.recipes.batch import _NESTED_GROUPS, BatcherClosed, TransactionBatcher, _Request
 from tests.harness import Harness
 from tests.outcomes import Outcomes
 from tests.servers.etcd import ROOMY_TXN_OPS
@@ -167,6 +167,56 @@ def test_ten_thousand_marks_share_commits_within_every_limit(reg: BaseRegistry) 
     assert MAX_TXN_OPS // 2 < max(recording.costs) <= MAX_TXN_OPS  # filled past half, never past the limit
     assert max(size for _, size in recording.sent) <= MAX_TXN_BYTES
     assert all(reg.exists(f"{job}/running/i") for job in versions)
+
+
+def test_ten_thousand_marks_through_the_registry_itself_stay_within_its_limits(
+    reg: BaseRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batcher as the scheduler makes it, on the registry itself: on etcd each mark is
+    one of ``_NESTED_GROUPS`` joined transactions nested in a shared request (each leaves the
+    others one entry of the outer list), elsewhere one joined transaction. Every shared
+    request within the server's limit per list, and on etcd about 124 marks a request
+    where a joined transaction held 32."""
+    jobs = [f"/job-{n:05d}" for n in range(10_000)]
+    creator = TransactionBatcher(_Recording(reg))
+    try:
+        created = _run_all(creator, {job: [Create(f"{job}/instances/i", b"{}"), Create(f"{job}/running", b"")] for job in jobs})
+    finally:
+        creator.close()
+    assert set(created.by_key.values()) == {None}
+    shared: list[list[Sequence[Op]]] = []
+    refused: list[BaseException] = []
+    separate = reg.transactions
+
+    def recording(groups: list[Sequence[Op]]) -> list[BaseException | None]:
+        shared.append(groups)
+        outcomes = separate(groups)
+        refused.extend(outcome for outcome in outcomes if outcome is not None)
+        return outcomes
+
+    monkeypatch.setattr(reg, "transactions", recording)
+
+    def mark_ops(job: str) -> list[Op]:
+        return [Check(f"{job}/instances/i"), Check(f"{job}/instances/i"), Create(f"{job}/running/i", b"{}", ephemeral=True)]
+
+    batcher = TransactionBatcher(reg)
+    try:
+        marked = _run_all(batcher, {job: mark_ops(job) for job in jobs})
+    finally:
+        batcher.close()
+    assert set(marked.by_key.values()) == {None} and refused == []
+    cost = reg.transaction_cost(mark_ops(jobs[0]))
+    if reg.separate_transactions:
+        assert max(len(groups) for groups in shared) == _NESTED_GROUPS  # requests of several
+        for groups in shared:
+            assert len(groups) <= _NESTED_GROUPS
+            assert max(reg.transaction_cost(ops) for ops in groups) + len(groups) <= MAX_TXN_OPS
+        per_request = _NESTED_GROUPS * ((MAX_TXN_OPS - _NESTED_GROUPS) // cost)  # 124 on etcd
+    else:
+        assert shared == []  # joined: ``transactions`` is not the batcher's way here
+        per_request = MAX_TXN_OPS // cost
+    assert batcher.commits <= 1.5 * len(jobs) / per_request
+    assert all(reg.exists(f"{job}/running/i") for job in jobs[::500])
 
 
 def test_a_raised_max_txn_ops_fills_shared_transactions_past_the_default(harness: Harness) -> None:

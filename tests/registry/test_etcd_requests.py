@@ -181,3 +181,77 @@ def test_a_refusal_whose_cause_is_gone_by_the_read_is_tried_again_and_applies(
     assert [path.partition("/job/")[2] for path in reads[0]] == ["running/i", "config"]
     assert len(reads) == 2
     assert (other.get("/job/running/i"), other.get("/job/config")) == (b"fire 2", b"d")
+
+
+def _marks(jobs: range, versions: dict[int, int]) -> list[list[Op]]:
+    """Each job's fenced mark, as a fire writes it: its instance checked, the mark made."""
+    return [[Check(f"/jobs/j{n}/instances/i", versions[n]), Create(f"/jobs/j{n}/running/i", b"m")] for n in jobs]
+
+
+def _set_up_jobs(reg: EtcdRegistry, jobs: range) -> dict[int, int]:
+    for n in jobs:
+        reg.transaction([Create(f"/jobs/j{n}/instances/i", b"i"), Create(f"/jobs/j{n}/running", b"")])
+    versions: dict[int, int] = {}
+    for n in jobs:
+        node = reg.get_node(f"/jobs/j{n}/instances/i")
+        assert node is not None
+        versions[n] = node.version
+    return versions
+
+
+def test_separate_transactions_go_in_one_request_each_applied_alone(
+    pair: tuple[EtcdRegistry, EtcdRegistry],
+) -> None:
+    """``transactions``: each group its own transaction, all nested in ONE request (where a
+    joined transaction held at most 32 fenced marks, one request holds them all here); a
+    group whose check fails is named by a read and told alone, the others applied."""
+    ours, other = pair
+    jobs = range(100)
+    versions = _set_up_jobs(ours, jobs)
+    groups = _marks(jobs, versions)
+    assert sum(ours.transaction_cost(group) for group in groups) > 2 * ours.max_txn_ops  # more than one joined
+    before = _kv_requests(ours)
+    assert ours.transactions(groups) == [None] * len(groups)
+    assert _kv_requests(ours) - before == 1
+    assert all(other.get(f"/jobs/j{n}/running/i") == b"m" for n in jobs)
+
+    other.put("/jobs/j7/instances/i", b"re-registered")  # job 7's fence moves
+    for n in jobs:
+        other.delete(f"/jobs/j{n}/running/i")
+    before = _kv_requests(ours)
+    outcomes = ours.transactions(groups)
+    assert _kv_requests(ours) - before == 2  # the request, and the read naming job 7's op
+    fenced = outcomes[7]
+    assert isinstance(fenced, TransactionError) and fenced.index == 0 and fenced.op == groups[7][0]
+    assert isinstance(fenced.cause, BadVersionError)
+    assert [n for n, outcome in zip(jobs, outcomes, strict=True) if outcome is not None] == [7]
+    assert other.get("/jobs/j7/running/i") is None
+    assert all(other.get(f"/jobs/j{n}/running/i") == b"m" for n in jobs if n != 7)
+
+
+def test_a_request_of_separate_transactions_is_charged_against_etcds_space_quota(
+    pair: tuple[EtcdRegistry, EtcdRegistry],
+) -> None:
+    """etcd charges a request against its space quota by its top-level puts only: the
+    shared request of nested transactions carries one in its failure branch, which never
+    runs and writes nothing (``tests/registry/test_etcd_space.py`` runs it against a full
+    database)."""
+    ours, other = pair
+    versions = _set_up_jobs(ours, range(2))
+    sent: list[Any] = []
+    write = ours._write
+
+    def recording(request: Any, action: str) -> Any:
+        sent.append(request)
+        return write(request, action)
+
+    ours._write = recording  # type: ignore[method-assign]
+    assert ours.transactions(_marks(range(2), versions)) == [None, None]
+    (request,) = sent
+    assert not request.compare and [op.WhichOneof("request") for op in request.success] == ["request_txn"] * 2
+    (probe,) = request.failure
+    assert probe.WhichOneof("request") == "request_put"
+    assert other.get("/jobs/j0/running/i") == other.get("/jobs/j1/running/i") == b"m"
+    probe_key = bytes(probe.request_put.key).decode()
+    assert not probe_key.startswith("/")  # outside every namespace
+    assert ours._read([probe_key]) == {probe_key: None}  # and never written
