@@ -291,10 +291,11 @@ class EtcdRegistry(BaseRegistry):
     separate_transactions = True
 
     def transactions(self, groups: Sequence[Sequence[Op]]) -> list[BaseException | None]:
-        """Each of ``groups`` as a transaction of its own, nested in ONE request
-        (``separate_request``): a mark costs its own four compares against etcd's limit per
-        list, not a share of one transaction's, so a request holds about 124 marks where a
-        joined transaction held 32, and one whose check fails costs the others nothing.
+        """Each of ``groups`` as a transaction of its own, nested side by side in ONE
+        request (``separate_request``): etcd checks each nested transaction's lists
+        against its limit less the number nested, so four carry 4 x 124 of cost where one
+        transaction carries 128 (124 fires' marks, not 32); each is applied or refused
+        alone, one whose check fails costing the others nothing.
 
         A group whose checks fail is read back to name its op (one read for all of them);
         one whose cause is gone by then, and one that needs more room or a parent its
