@@ -391,8 +391,8 @@ class BaseRegistry(abc.ABC):
             raise op_failed(ops, failed) from None
 
     #: True where ``transactions`` sends its transactions in ONE request (etcd's nested
-    #: transactions): the group commit then gives each caller a transaction of its own
-    #: instead of joining them into one (``registry.recipes.batch``)
+    #: transactions): the group commit then nests several joined transactions in each
+    #: request instead of sending one (``registry.recipes.batch``)
     separate_transactions = False
 
     def transactions(self, groups: Sequence[Sequence[Op]]) -> list[BaseException | None]:

@@ -287,7 +287,8 @@ class EtcdRegistry(BaseRegistry):
             f"gone when read; gave up after {_PLAN_ATTEMPTS} attempts (nothing applied)"
         )
 
-    #: every fire's mark and its removal: each caller's transaction nested in one request
+    #: the group commit's transactions (every fire's mark and its removal) nested side by
+    #: side in one request
     separate_transactions = True
 
     def transactions(self, groups: Sequence[Sequence[Op]]) -> list[BaseException | None]:

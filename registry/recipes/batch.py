@@ -10,13 +10,12 @@ thousand. ``committers`` threads keep that many shared transactions in flight: a
 that syncs its log to disk before it answers takes milliseconds per transaction whatever
 its size, and lets concurrent ones share the sync.
 
-Where the registry sends several transactions in one request, each on its own
-(``separate_transactions``: etcd's nested transactions), a shared request carries each
-caller's transaction as its own instead of one joined: etcd bounds each list of a
-request, and a nested transaction's lists by what the outer list of them leaves, so the
-cost of a shared request is its longest transaction's plus one per transaction (about 124
-fires' marks where a joined transaction held 32), and a caller whose check fails is told
-with the others' outcomes, none applied again.
+Where the registry sends several transactions in one request, each applied or refused
+alone (``separate_transactions``: etcd's nested transactions), a shared request carries
+up to ``_NESTED_GROUPS`` joined transactions side by side: etcd bounds each list of a
+request, and each nested transaction's lists by the limit less the outer list's length,
+so four of 124 carry 124 fires' marks where one transaction carried 32. A refused one
+costs the others nothing: only its own requests go again.
 
 Invariants:
 
@@ -330,7 +329,7 @@ class TransactionBatcher:
         which splits it); an unknown outcome is told to its group alone."""
         part = self._unless_doomed(batch)
         while part:
-            groups = _groups(self._packing(), part)
+            groups = _groups(part, self.max_ops - _NESTED_GROUPS)
             with self._stats:
                 self.commits += 1
             try:
@@ -444,11 +443,6 @@ class _Packing:
         self._used = 0  # cost in the open group
 
     @property
-    def group(self) -> int:
-        """The group the last request added went to."""
-        return self._filled
-
-    @property
     def full(self) -> bool:
         """Nothing more fits: the last group is filled to its limit."""
         return self._filled + 1 >= self._groups and self._used >= self._limit
@@ -464,15 +458,19 @@ class _Packing:
         return True
 
 
-def _groups(packing: _Packing, requests: list[_Request]) -> list[list[_Request]]:
-    """``requests`` split into ``packing``'s groups, in order (all fit: ``_take``)."""
+def _groups(requests: list[_Request], limit: int) -> list[list[_Request]]:
+    """``requests``, in order, into joined transactions of at most ``limit`` cost each (a
+    request over it alone). ``_take`` took them to fit ``_NESTED_GROUPS`` of them; should
+    those left (not doomed, not yet told) make more, each nested transaction only has less
+    room (``separate_room``), and one short of it is applied on its own."""
     groups: list[list[_Request]] = []
+    used = 0
     for request in requests:
-        if not packing.add(request.cost):
-            raise AssertionError("a batch taken to fit does not")
-        if packing.group == len(groups):
+        if not groups or (used and used + request.cost > limit):
             groups.append([])
-        groups[packing.group].append(request)
+            used = 0
+        groups[-1].append(request)
+        used += request.cost
     return groups
 
 
