@@ -27,6 +27,13 @@ from tests.waiting import wait_for
 
 EVERY_SECOND = "* * * * * ?"
 PATHS = JobPaths("job")
+#: the two shutdown-during-a-wait tests: a registration waits out another session's node of
+#: its id for twice the session timeout + 5 s. A session of this many times the shortest
+#: makes that wait long enough that a shutdown ending it is told apart from the wait's own
+#: end with a margin a loaded machine keeps (a shutdown takes about 0.2 s here)
+_LONG_WAIT_SESSION = 2
+#: s before the wait's own end by which the shutdown must have ended it
+_WAIT_MARGIN = 3.0
 # two servers (ips) in one process: a server is what `disabled` switches off
 A, B = "10.0.0.1@-@a", "10.0.0.2@-@b"
 
@@ -304,7 +311,7 @@ def test_a_shutdown_during_the_start_leaves_another_sessions_node_of_its_id(
     namespace = harness.fresh_namespace()
     squatter = harness.connect(namespace)
     squatter.create(PATHS.instance(A), b'{"id": "someone else"}', ephemeral=True)
-    timeout = harness.min_session_timeout
+    timeout = _LONG_WAIT_SESSION * harness.min_session_timeout
     sched = Scheduler(harness.url(namespace, session_timeout=timeout), instance_id=A, max_workers=4)
     schedulers.append(sched)
     sched.add_job(JobConfig(name="job", cron=EVERY_SECOND), lambda ctx: None)
@@ -316,7 +323,7 @@ def test_a_shutdown_during_the_start_leaves_another_sessions_node_of_its_id(
     bound = 2 * timeout + 5  # the registration's own wait for a stale node
     wait_for(
         lambda: not starter.is_alive() and not stopper.is_alive(),
-        bound / 2,
+        bound - _WAIT_MARGIN,
         message=f"start() and shutdown() ended by the shutdown, not after the {bound:g} s wait",
     )
     assert "job" in sched.failed_jobs  # it never registered
@@ -331,7 +338,7 @@ def test_shutdown_ends_a_re_registration_waiting_out_another_sessions_node(
     timeout + 5 s). A ``shutdown()`` then ends the wait rather than sitting it out, and
     leaves the other session's node as it was."""
     namespace = harness.fresh_namespace()
-    timeout = harness.min_session_timeout
+    timeout = _LONG_WAIT_SESSION * harness.min_session_timeout
     link = harness.link()
     sched = Scheduler(link.url(namespace, session_timeout=timeout), instance_id=A, max_workers=4)
     schedulers.append(sched)
@@ -352,7 +359,11 @@ def test_shutdown_ends_a_re_registration_waiting_out_another_sessions_node(
     stopper = threading.Thread(target=sched.shutdown, daemon=True)
     stopper.start()
     bound = 2 * timeout + 5
-    wait_for(lambda: not stopper.is_alive(), bound / 2, message=f"shutdown() sat out the {bound:g} s wait")
+    wait_for(
+        lambda: not stopper.is_alive(),
+        bound - _WAIT_MARGIN,
+        message=f"shutdown() sat out the {bound:g} s wait",
+    )
     assert observer.get(PATHS.instance(A)) == b'{"id": "someone else"}'
 
 
