@@ -6,7 +6,9 @@ Invariants:
   in its own temporary directory, and is stopped at session end even on failure;
 - ``SHARDJOB_TEST_ZK`` / ``SHARDJOB_TEST_ETCD`` (``host:port[,host:port...]``, names in
   ``tests/servers/env.py``) replace the local ZooKeeper / etcd with running servers; faults
-  that need process control then skip, saying which server, why and how to run them;
+  that need process control then skip, saying which server, why and how to run them, and
+  so do the tests that count every request a server handles while other xdist workers
+  share it;
 - everything a harness handed out (clients, links, participants) is closed at teardown.
 """
 

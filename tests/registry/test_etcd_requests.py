@@ -26,6 +26,7 @@ from benchmarks.server_counters import read_count
 from registry.backends.etcd import EtcdRegistry
 from registry.errors import BadVersionError, NodeExistsError, TransactionError
 from registry.protocol import Check, Create, Event, Op, Set
+from tests.servers.external import skip_unless_counted_alone
 from tests.waiting import wait_for
 
 #: new subtrees written one transaction each
@@ -47,6 +48,7 @@ def pair(etcd_server: Any) -> Iterator[tuple[EtcdRegistry, EtcdRegistry]]:
 
 def _kv_requests(reg: EtcdRegistry) -> int:
     host, port = registry.parse_url(reg.url).hosts[0]
+    skip_unless_counted_alone("etcd", f"{host}:{port}")
     count = read_count("etcd", f"{host}:{port}")
     assert count.kv is not None
     return count.kv

@@ -7,13 +7,14 @@ does not own — connect, proxy — and turns every fault that needs process con
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
-from tests.servers.env import ETCD_ENV, ZK_ENV, parse_hosts
+from tests.servers.env import ETCD_ENV, ZK_ENV, external_address, parse_hosts
 
-__all__ = ["ExternalServer"]
+__all__ = ["ExternalServer", "skip_unless_counted_alone"]
 
 
 class ExternalServer:
@@ -71,3 +72,19 @@ class ExternalServer:
 
     def __repr__(self) -> str:
         return f"<ExternalServer {self.kind} {self.address}>"
+
+
+def skip_unless_counted_alone(kind: str, address: str) -> None:
+    """Skip a test that counts every request the ``kind`` server at ``address`` handles
+    when that server is the external one and other pytest-xdist workers share it: their
+    requests land in the same counter. A server the session started is its worker's alone."""
+    variable = ZK_ENV if kind == "zookeeper" else ETCD_ENV
+    shared = external_address(variable)
+    if shared is None or not set(address.split(",")) & set(shared.split(",")):
+        return
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.skip(
+            f"external server: this test counts every request the {kind} at {address} handles, and "
+            f"the other test workers use it too ({variable} is set); run it with -n 0, or unset "
+            f"{variable} so that each worker starts a server of its own"
+        )
