@@ -140,7 +140,10 @@ class Namespace:
 
     def to_server(self, path: str) -> str:
         validate_path(path)
-        return self.to_server_valid(path)
+        prefix = self.prefix  # to_server_valid's body, not a call: every op of every fire
+        if not prefix:
+            return path
+        return prefix if path == "/" else prefix + path
 
     def to_server_valid(self, path: str) -> str:
         """``to_server`` of a path already validated (a join, no checks)."""

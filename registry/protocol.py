@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     """A node's value and its version.
 
@@ -54,7 +54,7 @@ class EventKind(enum.Enum):
     DELETED = "deleted"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """One change below a watched path. ``value`` is ``None`` for ``DELETED``."""
 
@@ -79,21 +79,21 @@ class SessionState(enum.Enum):
     RECONNECTED = "reconnected"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Create:
     path: str
     value: bytes = b""
     ephemeral: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Set:
     path: str
     value: bytes
     version: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Delete:
     """Deletes the node and everything below it; ``version`` checks the node itself."""
 
@@ -101,7 +101,7 @@ class Delete:
     version: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Check:
     """Asserts the node exists (and, with ``version``, is at that version)."""
 

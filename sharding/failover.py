@@ -90,7 +90,7 @@ class FailoverQueue:
         return sorted(e for e in self.entries if e.item in mine)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunTrace:
     """What ``running/{id}`` says about an instance."""
 

@@ -71,7 +71,7 @@ class CurrentAssignment:
         return self.assignment.epoch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunMark:
     epoch: int
     items: tuple[int, ...]
@@ -79,7 +79,7 @@ class RunMark:
     path: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class MarkRequest:
     """A planned mark: the transaction's ops, each role named, and the mark it makes."""
 

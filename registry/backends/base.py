@@ -709,7 +709,9 @@ class BaseRegistry(abc.ABC):
                 continue
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
-            stored = self._stored_writable(op.path)
+            if op.path == "/":  # _stored_writable's check, inline (closed: checked above)
+                raise ValueError("the root path '/' cannot be written or deleted")
+            stored = to_server(op.path)
             if op.path in written:
                 raise ValueError(
                     f"transaction op {index} writes {op.path!r} again (op {written[op.path]} already does)"

@@ -74,7 +74,7 @@ class BatcherClosed(RegistryError):
     """The batcher was closed: the request was not submitted."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Request:
     ops: Sequence[Op]
     callback: CommitCallback
