@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sharding.assignment import Assignment, CorruptNodeError, decode_items, encode_items
 
-__all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "plan_entries"]
+__all__ = ["FailoverEntry", "FailoverQueue", "RunTrace", "encode_trace", "plan_entries", "trace_json"]
 
 #: one encoder for the mark written on every fire (``json.dumps`` with separators builds
 #: a new encoder per call)
@@ -90,6 +90,29 @@ class FailoverQueue:
         return sorted(e for e in self.entries if e.item in mine)
 
 
+def encode_trace(state: str, items: Sequence[int], fire_time: float | None, failover: bool = False) -> bytes:
+    """``RunTrace(state, items, fire_time, failover).encode()`` without the object: every
+    fire's mark holds one, and a frozen dataclass costs a call per field to make."""
+    # Written on every fire, so formatted by hand rather than through json's encoder.
+    # Hazard: hand-made JSON is only right for plain fields. The trick holds because the
+    # state is a known word, the items are digits, commas and dashes, and the time is
+    # finite; anything else goes through json, giving the same text.
+    if state not in _STATES or (fire_time is not None and not math.isfinite(fire_time)):
+        return trace_json(state, items, fire_time, failover)
+    return (
+        f'{{"state":"{state}","items":"{encode_items(items)}",'
+        f'"fire_time":{"null" if fire_time is None else repr(float(fire_time))},'
+        f'"failover":{"true" if failover else "false"}}}'
+    ).encode()
+
+
+def trace_json(state: str, items: Sequence[int], fire_time: float | None, failover: bool) -> bytes:
+    """A trace through json's encoder: what ``encode_trace`` writes by hand must equal."""
+    return _COMPACT.encode(
+        {"state": state, "items": encode_items(items), "fire_time": fire_time, "failover": failover}
+    ).encode()
+
+
 @dataclass(frozen=True, slots=True)
 class RunTrace:
     """What ``running/{id}`` says about an instance."""
@@ -100,28 +123,7 @@ class RunTrace:
     failover: bool = False
 
     def encode(self) -> bytes:
-        # Written on every fire, so formatted by hand rather than through json's encoder.
-        # Hazard: hand-made JSON is only right for plain fields. The trick holds because
-        # the state is a known word, the items are digits, commas and dashes, and the
-        # time is finite; anything else goes through json, giving the same text.
-        fire = self.fire_time
-        if self.state not in _STATES or (fire is not None and not math.isfinite(fire)):
-            return self._encode_with_json()
-        return (
-            f'{{"state":"{self.state}","items":"{encode_items(self.items)}",'
-            f'"fire_time":{"null" if fire is None else repr(float(fire))},'
-            f'"failover":{"true" if self.failover else "false"}}}'
-        ).encode()
-
-    def _encode_with_json(self) -> bytes:
-        return _COMPACT.encode(
-            {
-                "state": self.state,
-                "items": encode_items(self.items),
-                "fire_time": self.fire_time,
-                "failover": self.failover,
-            }
-        ).encode()
+        return encode_trace(self.state, self.items, self.fire_time, self.failover)
 
     @classmethod
     def decode(cls, path: str, raw: bytes) -> RunTrace:

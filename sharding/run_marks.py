@@ -34,7 +34,7 @@ from registry.protocol import Check, Create, Delete, Node, Op, RegistryCenter, S
 from registry.recipes.cache import TreeCache
 from sharding.assignment import Assignment, CorruptNodeError
 from sharding.errors import FencedOut, FenceReason
-from sharding.failover import FailoverEntry, FailoverQueue, RunTrace
+from sharding.failover import FailoverEntry, FailoverQueue, encode_trace
 from sharding.layout import JobPaths
 
 __all__ = ["CurrentAssignment", "MarkRequest", "MarksOwner", "RunMark", "RunMarks"]
@@ -79,9 +79,11 @@ class RunMark:
     path: str
 
 
-@dataclass(frozen=True, eq=False, slots=True)
+@dataclass(eq=False, slots=True)
 class MarkRequest:
-    """A planned mark: the transaction's ops, each role named, and the mark it makes."""
+    """A planned mark: the transaction's ops, each role named, and the mark it makes.
+    Never changed once made; not frozen, as a frozen dataclass pays a call per field to be
+    made (seven here), and every fire makes one."""
 
     ops: tuple[Op, ...]
     mark: RunMark
@@ -155,8 +157,8 @@ class RunMarks:
                 Check(self._paths.assignment, current.version),
                 Check(self._own_instance, version),
             )
-        trace = RunTrace("running", tuple(items), fire_time, failover=bool(claimed))
-        create = Create(self.path, trace.encode(), ephemeral=not self._owner.marks_persist)
+        trace = encode_trace("running", items, fire_time, bool(claimed))
+        create = Create(self.path, trace, ephemeral=not self._owner.marks_persist)
         queue_update: Set | None = None
         if claimed:
             node = self._cache.get_node(self._paths.failover_items)

@@ -246,8 +246,10 @@ def test_writing_a_path_twice_is_a_value_error(reg: BaseRegistry, ops: list[Op])
         [Create("/t/a/b", b"1"), Delete("/t")],
         [Delete("/t"), Create("/t/a/b", b"1")],
         [Delete("/t"), Set("/t/a", b"2")],
+        # more lengths of deleted paths than the write has ancestors: its ancestors are walked
+        [Delete("/uuu"), Delete("/vv"), Delete("/t"), Set("/t/a", b"2")],
     ],
-    ids=["create-then-delete-above", "delete-then-create-below", "delete-then-set-below"],
+    ids=["create-then-delete-above", "delete-then-create-below", "delete-then-set-below", "many-deletes"],
 )
 def test_writing_inside_a_subtree_the_transaction_deletes_is_a_value_error(
     reg: BaseRegistry, ops: list[Op]

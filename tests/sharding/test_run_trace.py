@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sharding.failover import RunTrace
+from sharding.failover import RunTrace, encode_trace, trace_json
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,9 @@ from sharding.failover import RunTrace
 )
 def test_the_mark_is_the_json_of_its_fields_and_reads_back(trace: RunTrace) -> None:
     raw = trace.encode()
-    assert raw == trace._encode_with_json()
+    assert raw == trace_json(trace.state, trace.items, trace.fire_time, trace.failover)
+    # as a fire's mark writes it: the items as the assignment lists them
+    assert encode_trace(trace.state, list(trace.items), trace.fire_time, trace.failover) == raw
     doc = json.loads(raw)
     assert doc["state"] == trace.state
     assert doc["fire_time"] == trace.fire_time
@@ -35,5 +37,5 @@ def test_the_mark_is_the_json_of_its_fields_and_reads_back(trace: RunTrace) -> N
 
 @pytest.mark.parametrize("odd", [RunTrace('say "hi"', (1,), 1.0), RunTrace("running", (1,), float("inf"))])
 def test_fields_outside_the_plain_shape_take_the_json_encoder(odd: RunTrace) -> None:
-    assert odd.encode() == odd._encode_with_json()
+    assert odd.encode() == trace_json(odd.state, odd.items, odd.fire_time, odd.failover)
     json.loads(odd.encode().decode().replace("Infinity", "1"))  # well-formed apart from inf
