@@ -71,6 +71,8 @@ __all__ = [
 
 log = logging.getLogger("registry")
 _T = TypeVar("_T")
+#: what a write or delete of "/" is told, by every way in (``_stored_writable``, ``_check_ops``)
+_ROOT_UNWRITABLE = "the root path '/' cannot be written or deleted"
 
 # One limit for every backend, inside the strictest server default (ZooKeeper's 1 MiB
 # request, etcd's 128 ops and 1.5 MiB request), so that the same call succeeds or fails
@@ -638,7 +640,7 @@ class BaseRegistry(abc.ABC):
     def _stored_writable(self, path: str) -> str:
         stored = self._stored(path)
         if path == "/":
-            raise ValueError("the root path '/' cannot be written or deleted")
+            raise ValueError(_ROOT_UNWRITABLE)
         return stored
 
     def _client_path(self, stored: str) -> str:
@@ -710,7 +712,7 @@ class BaseRegistry(abc.ABC):
             if not isinstance(op, (Create, Set, Delete)):
                 raise ValueError(f"transaction op {index} is not a registry op: {op!r}")
             if op.path == "/":  # _stored_writable's check, inline (closed: checked above)
-                raise ValueError("the root path '/' cannot be written or deleted")
+                raise ValueError(_ROOT_UNWRITABLE)
             stored = to_server(op.path)
             if op.path in written:
                 raise ValueError(
