@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from scheduler.history import HistoryWriter
     from scheduler.http import HttpEndpoint
     from scheduler.metrics import MetricsObserver
-    from scheduler.runner import Runtime
+    from scheduler.runtime import Runtime
     from scheduler.scheduler import Scheduler
 
 __all__ = ["HttpEndpoint", "JobState", "SchedulerState", "enable_metrics", "make_history", "serve_http", "snapshot"]

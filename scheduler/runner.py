@@ -17,52 +17,41 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import random
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 from registry.errors import NodeExistsError, RegistryError, TransactionError
 from registry.paths import basename, parent
-from registry.protocol import Check, Create, Event, EventKind, RegistryCenter, SessionState
-from registry.recipes.batch import BatcherClosed, Commit, TransactionBatcher
-from registry.recipes.cache import TreeCache
-from scheduler.burst_pool import BurstPool
-from scheduler.clock_skew import ClockSkew
-from scheduler.coarse_timer import CoarseTimer
+from registry.protocol import Create, Event, EventKind, SessionState
+from registry.recipes.batch import BatcherClosed
 from scheduler.config import JobConfig, OwedFires
 from scheduler.context import ShardingContext
 from scheduler.cron import CronSchedule
 from scheduler.distribute_once import bind_once_per_cluster
 from scheduler.errors import ClockSkewError, JobTimeout, PoolShutDown
-from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER, RunObserver
+from scheduler.events import FAILOVER, MISFIRE, NORMAL, OWED, TRIGGER
 from scheduler.handlers import ErrorHandler, JobListener, JobRun
-from scheduler.job_events import JobEvents
 from scheduler.kinds import ItemRunner, close_item_runner
+from scheduler.launched_run import LaunchedRun
+from scheduler.runtime import Runtime, sharding_settings
 from scheduler.timeouts import Deadline, arm, disarm
-from scheduler.timer import Timer
-from scheduler.workers import WorkerPool
 from sharding import (
     CorruptNodeError,
     CurrentAssignment,
     FencedOut,
     FenceReason,
-    InstanceIdentity,
     RunMark,
     ShardingError,
     ShardingService,
-    ShardingSettings,
 )
 from sharding.failover import FailoverEntry
 from sharding.layout import JobPaths
-from sharding.layout_version import LayoutUpgrader
 from sharding.run_marks import MarkRequest
 
-__all__ = ["JobRunner", "Runtime"]
+__all__ = ["JobRunner"]
 
 log = logging.getLogger("scheduler")
 
@@ -75,156 +64,8 @@ _DEFERRED = {OwedFires.EVERY: "owed", OwedFires.ONE: "misfire", OwedFires.NONE: 
 _MARK_ATTEMPTS = 3
 
 
-@dataclass
-class Runtime:
-    """What every job of one scheduler shares: one session, one cache, one timer, its pools."""
-
-    reg: RegistryCenter
-    identity: InstanceIdentity
-    cache: TreeCache
-    timer: Timer
-    coordinator: Executor
-    #: where jobs register and campaign again after a new session or a deleted node:
-    #: threads for the burst (``scheduler.burst_pool``), since fires wait on the
-    #: coordinator pool for a registration and a leader
-    rejoin: BurstPool
-    #: where jobs evaluate and reshard (``ShardingService``'s executor): as bursty, and
-    #: as much a matter of waiting on round trips, as rejoining
-    resharding: BurstPool
-    workers: WorkerPool
-    #: the group commit of every job's running marks (``registry.recipes.batch``)
-    batcher: TransactionBatcher
-    #: start-up, shutdown and resharding transactions: ``batcher.commit`` on a registry
-    #: reached over the network (N jobs share round trips), else ``reg.transaction``
-    commit: Commit
-    #: the worker pool's size: a run hands it at most this many tasks
-    worker_count: int
-    wait_timeout: float
-    stopping: threading.Event
-    live: Callable[[], bool]
-    #: the registry's clock minus the local one for ``max_time_diff_seconds``, measured at
-    #: most once a second for every job (``scheduler/clock_skew.py``)
-    clock_skew: ClockSkew
-    #: each job's periodic reconcile, due to the second (``scheduler/coarse_timer.py``)
-    reconciles: CoarseTimer
-    observer: RunObserver = RunObserver()  # noqa: RUF009 (a stateless no-op, shared)
-    #: brings the namespace to this release's layout, driven by its job leaders
-    layout: LayoutUpgrader | None = None
-    #: every job's changes and the session's, heard once and handed to each job's runner
-    job_events: JobEvents = dataclasses.field(default_factory=JobEvents)
-
-    # The callables every job's ShardingService holds, bound once here: a method bound
-    # in each job's start() is an object of 64 bytes per job (640 KiB at 10,000 jobs).
-    @functools.cached_property
-    def cancelled(self) -> Callable[[], bool]:
-        """``stopping.is_set``."""
-        return self.stopping.is_set
-
-    @functools.cached_property
-    def rejoin_submit(self) -> Callable[[Callable[[], object]], object]:
-        """``rejoin.submit``."""
-        return self.rejoin.submit
-
-    @functools.cached_property
-    def session_deadline(self) -> Callable[[], float]:
-        """``reg.session_deadline`` (``BaseRegistry``); a registry without one vouches for
-        its session always, as before it had one."""
-        deadline: Callable[[], float] | None = getattr(self.reg, "session_deadline", None)
-        return deadline if callable(deadline) else _ALWAYS
-
-    @functools.cached_property
-    def upgrade_layout(self) -> Callable[[Sequence[Check]], object] | None:
-        """``layout.upgrade``, or None without a layout upgrader."""
-        return None if self.layout is None else self.layout.upgrade
-
-
-def _ALWAYS() -> float:
-    return math.inf
-
-
-def sharding_settings(config: JobConfig) -> ShardingSettings:
-    return _settings(
-        config.sharding_total_count,
-        config.sharding_strategy,
-        config.monitor_execution,
-        config.static_sharding,
-        config.failover,
-        60.0 * config.server_expiry_minutes,
-    )
-
-
-@functools.lru_cache(maxsize=256)
-def _settings(
-    total: int, strategy: str, monitor: bool, static: bool, failover: bool, expiry: float
-) -> ShardingSettings:
-    """One frozen object for every job with the same settings (most jobs of a process
-    share them), where one each was 80 bytes a job."""
-    return ShardingSettings(
-        total=total,
-        strategy=strategy,
-        monitor_execution=monitor,
-        static=static,
-        failover=failover,
-        server_expiry_seconds=expiry,
-    )
-
-
 #: fires of one departed instance queued at most (an every-second job cut off for minutes)
 MAX_MISSED_FIRES = 1000
-
-
-class _LaunchedRun:
-    """A launched run's items, handed out one at a time to the worker pool's tasks; the
-    last item to end completes the run (clears its mark, calls the listeners).
-
-    Hazard: whatever a fire allocates lives through the whole burst of fires that share
-    its second, long enough to reach the garbage collector's oldest generation, whose
-    full collections then pause the burst's tail. So a run is one object with slots, and
-    each item's context is made only when the item starts (no closures, no contexts made
-    up front). Only a job that asks for them pays for timeouts (a ``Deadline`` and a timer
-    entry per attempt, ``scheduler.timeouts``) and retries (allocated on a failure)."""
-
-    __slots__ = ("_left", "_lock", "_next", "_runner", "mark", "run", "task_id")
-
-    def __init__(self, runner: JobRunner, run: JobRun, mark: RunMark, task_id: str) -> None:
-        self._runner = runner
-        self.run = run
-        self.mark = mark
-        self.task_id = task_id
-        self._next = 0
-        self._left = len(run.items)
-        self._lock = threading.Lock()
-
-    def begin(self) -> None:
-        """A worker's task when the job has listeners: ``before_job``, then the items."""
-        runner = self._runner
-        for listener in runner._listeners:
-            runner._call_listener(listener.before_job, self.run)
-        self.hand_out()
-
-    def hand_out(self) -> None:
-        self._runner._hand_out(self)
-
-    def __call__(self) -> None:
-        """A worker's task: take the run's next item until none is left. The object itself
-        is the task (a bound method per submit would be one more object per run)."""
-        run, runner, items = self.run, self._runner, self.run.items
-        while True:
-            with self._lock:
-                index = self._next
-                if index >= len(items):
-                    return
-                self._next = index + 1
-            try:
-                runner._run_item(run, runner._context(run, items[index], self.task_id))
-            except Exception:  # the job's own errors are _run_item's; this one is ours
-                log.exception("job %s item %d could not be run", run.job_name, items[index])
-            finally:
-                with self._lock:
-                    self._left -= 1
-                    last = self._left == 0
-                if last:
-                    runner._complete(run, self.mark)
 
 
 class JobRunner:
@@ -319,6 +160,11 @@ class JobRunner:
         """The timer key of the job's fires: the runner itself (hashed by identity), where
         a tuple of its name was 56 bytes a job."""
         return self
+
+    @property
+    def runtime(self) -> Runtime:
+        """What every job of this scheduler shares."""
+        return self._rt
 
     @property
     def config(self) -> JobConfig:
@@ -1027,7 +873,7 @@ class JobRunner:
             started=time.time(),
             delay=self._delay if source == NORMAL else 0.0,
         )
-        launched = _LaunchedRun(self, run, mark, self._task_id(run))
+        launched = LaunchedRun(self, run, mark)
         self._rt.observer.run_started(run, source, launched.task_id)
         try:
             if self._listeners:
@@ -1035,25 +881,7 @@ class JobRunner:
             else:
                 launched.hand_out()
         except PoolShutDown:  # the process is exiting
-            self._complete(run, mark)
-
-    def _hand_out(self, launched: _LaunchedRun) -> None:
-        # one task per worker, each taking the run's next item until none is left: items
-        # still start as soon as a worker is free, without a task per item (a run of
-        # thousands of items would otherwise queue thousands of them)
-        for _ in range(min(len(launched.run.items), self._rt.worker_count)):
-            self._rt.workers.submit(launched)
-
-    def _task_id(self, run: JobRun) -> str:
-        """ElasticJob's task id: job, items, READY or FAILOVER, instance."""
-        return "@-@".join(
-            [
-                self.name,
-                ",".join(map(str, run.items)),
-                "FAILOVER" if run.failover else "READY",
-                run.instance_id,
-            ]
-        )
+            self.complete(run, mark)
 
     def _item_parameter(self, config: JobConfig, item: int) -> str | None:
         """``item``'s parameter in ``config``, parsed once per configuration, not per fire;
@@ -1080,6 +908,15 @@ class JobRunner:
             time_zone=config.time_zone,
             deadline=None if config.timeout_seconds is None else arm(self._rt.timer, config.timeout_seconds),
         )
+
+    def before_job(self, run: JobRun) -> None:
+        """The listeners' ``before_job`` (a worker's task, before the run's items)."""
+        for listener in self._listeners:
+            self._call_listener(listener.before_job, run)
+
+    def run_item(self, run: JobRun, item: int, task_id: str) -> None:
+        """Run ``item`` of ``run`` (a worker's task): its attempts, retries and error handler."""
+        self._run_item(run, self._context(run, item, task_id))
 
     def _keep_going(self) -> bool:
         return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
@@ -1138,7 +975,7 @@ class JobRunner:
         by ``stop_firing``) to end early once the fence fell."""
         self._rt.cache.wait_until(lambda: not self.owns_item(run, item), seconds, under=self.paths.root)
 
-    def _complete(self, run: JobRun, mark: RunMark) -> None:
+    def complete(self, run: JobRun, mark: RunMark) -> None:
         """Every item ended (worker thread): the mark's removal goes to the group commit;
         the run is over once it is applied."""
         try:

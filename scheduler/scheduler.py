@@ -37,7 +37,8 @@ from scheduler.handlers import ErrorHandler, JobListener, resolve_error_handler
 from scheduler.heap_release import release_free_heap
 from scheduler.kinds import JobTarget, make_item_runner
 from scheduler.observe import make_history, serve_http
-from scheduler.runner import JobRunner, Runtime
+from scheduler.runner import JobRunner
+from scheduler.runtime import Runtime
 from scheduler.timer import Timer
 from scheduler.workers import WorkerPool
 from sharding import InstanceIdentity, ShardingError

@@ -12,7 +12,7 @@ runs at most once, never after the attempt settled.
 
 Hazard: only a job with a timeout pays for one: a job without one gets no ``Deadline``, no
 timer entry, no lock per item (the run path's per-item allocations are what the
-``_LaunchedRun`` docstring in ``scheduler.runner`` keeps down). With one, each attempt costs
+``LaunchedRun`` docstring in ``scheduler.launched_run`` keeps down). With one, each attempt costs
 a ``Deadline`` and a timer entry that the timer's heap keeps until its due time passes,
 even once cancelled.
 """
