@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from registry.backends.base import OpFailure
+from registry.backends.op_failures import OpFailure
 from registry.text_enum import TextEnum
 from registry.url import Backend, parse_url
 from scheduler.config import ErrorHandlerName, JobConfig

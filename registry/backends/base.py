@@ -21,14 +21,15 @@ import abc
 import functools
 import logging
 import math
-import queue
 import threading
 from collections.abc import Callable, Container, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TypeVar
 
+from registry.backends.dispatcher import Dispatcher
+from registry.backends.op_failures import TxnOpFailed, op_failed
+from registry.backends.watch_registration import WatchRegistration, below_leaves, depth
 from registry.call_stats import CallStats
 from registry.errors import (
     BadVersionError,
@@ -37,7 +38,7 @@ from registry.errors import (
     RegistryError,
     TransactionError,
 )
-from registry.paths import Namespace, ancestors, is_below, parent, shared, validate_path
+from registry.paths import Namespace, ancestors, shared, validate_path
 from registry.protocol import (
     Characteristic,
     Check,
@@ -54,7 +55,6 @@ from registry.protocol import (
     Watch,
 )
 from registry.shared_values import shared_number
-from registry.text_enum import TextEnum
 from registry.url import DEFAULT_MAX_TXN_OPS, RegistryURL
 
 __all__ = [
@@ -62,11 +62,6 @@ __all__ = [
     "MAX_TXN_OPS",
     "MAX_VALUE_BYTES",
     "BaseRegistry",
-    "Dispatcher",
-    "OpFailure",
-    "TxnOpFailed",
-    "WatchRegistration",
-    "op_failed",
 ]
 
 log = logging.getLogger("registry")
@@ -83,37 +78,6 @@ MAX_TXN_OPS = DEFAULT_MAX_TXN_OPS
 MAX_TXN_BYTES = 1_000_000
 
 
-class OpFailure(TextEnum):
-    """Why one op of a transaction failed (the error class the caller sees follows)."""
-
-    EXISTS = "exists"  # NodeExistsError
-    NO_NODE = "no_node"  # NoNodeError
-    BAD_VERSION = "bad_version"  # BadVersionError
-
-
-class TxnOpFailed(Exception):
-    """Raised by a backend's ``_transaction``: op ``index`` failed for ``reason``.
-    The base class turns it into a ``TransactionError`` naming the caller's op."""
-
-    def __init__(self, index: int, reason: OpFailure) -> None:
-        super().__init__(f"op {index}: {reason.value}")
-        self.index = index
-        self.reason = reason
-
-
-def op_failed(ops: Sequence[Op], failed: TxnOpFailed) -> TransactionError:
-    """The caller's error for a backend's ``TxnOpFailed`` on ``ops`` (caller's paths)."""
-    op = ops[failed.index]
-    cause: RegistryError
-    if failed.reason is OpFailure.EXISTS:
-        cause = NodeExistsError(op.path)
-    elif failed.reason is OpFailure.NO_NODE:
-        cause = NoNodeError(op.path)
-    else:
-        cause = BadVersionError(op.path, getattr(op, "version", None))
-    return TransactionError.for_op(failed.index, op, cause)
-
-
 def _moved(op: Create | Set | Delete, path: str) -> Create | Set | Delete:
     """``op`` at ``path``: built directly, as ``dataclasses.replace`` costs several times
     more and every op of every fire's transaction passes here."""
@@ -122,156 +86,6 @@ def _moved(op: Create | Set | Delete, path: str) -> Create | Set | Delete:
     if isinstance(op, Set):
         return Set(path, op.value, op.version)
     return Delete(path, op.version)
-
-
-def raise_first_failed_op(ops: Sequence[Op], version_of: Callable[[str], int | None]) -> None:
-    """Raise ``TxnOpFailed`` for the first op (in order) that fails against the state that
-    ``version_of`` reports (a node's version, None when absent); return if none does."""
-    for index, op in enumerate(ops):
-        version = version_of(op.path)
-        if isinstance(op, Create):
-            if version is not None:
-                raise TxnOpFailed(index, OpFailure.EXISTS)
-        elif version is None:
-            raise TxnOpFailed(index, OpFailure.NO_NODE)
-        elif op.version is not None and version != op.version:
-            raise TxnOpFailed(index, OpFailure.BAD_VERSION)
-
-
-class Dispatcher:
-    """One daemon thread that runs submitted calls in order.
-
-    A call that raises is logged and the thread goes on; ``stop()`` drains nothing more.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._stopped = False
-
-    def submit(self, fn: Callable[[], None]) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-        self._queue.put(fn)
-
-    def in_dispatch_thread(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    def _run(self) -> None:
-        while True:
-            fn = self._queue.get()
-            if fn is None:
-                return
-            try:
-                fn()
-            except Exception:
-                log.exception("%s: callback raised; continuing", self._name)
-
-    def flush(self, timeout: float) -> bool:
-        """Wait until everything submitted so far has run (False on timeout)."""
-        if self._thread is None or self.in_dispatch_thread():
-            return True
-        done = threading.Event()
-        self.submit(done.set)
-        return done.wait(timeout)
-
-    def stop(self, timeout: float = 2.0) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            self._stopped = True
-            thread = self._thread
-        self._queue.put(None)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-
-
-def _below_leaves(
-    excluded: Callable[[str], bool] | None, leaf: Callable[[str], bool]
-) -> Callable[[str], bool]:
-    """A watch's exclusion with ``leaf`` nodes' children added to it: every backend then
-    leaves out what is below a leaf exactly as it leaves out an excluded subtree."""
-
-    def excluded_or_below_leaf(stored: str) -> bool:
-        return leaf(parent(stored)) or (excluded is not None and excluded(stored))
-
-    return excluded_or_below_leaf
-
-
-def _depth(path: str) -> int:
-    """Segments in ``path``: a resync reports parents before their children, deletions
-    children first (``/`` is a namespace's root, above ``/a``)."""
-    return 0 if path == "/" else path.count("/")
-
-
-#: paths left out that a watch with ``exclude`` remembers
-_LEFT_OUT_MEMO = 65_536
-
-
-@dataclass(eq=False)
-class WatchRegistration:
-    """A watch's backend-side state: its root (stored path) and the versions it reported.
-
-    Invariant: the maps a registration keeps for as long as a node exists (``versions``,
-    the memo of paths ``covers`` left out) key it by ``shared`` of its *client* path, the
-    ``str`` the cache keys the node by too. Under a namespace, keyed by the stored path
-    instead, every node cost a second path string and a second entry in the interpreter's
-    table of interned strings (about 1.4 KiB a job on etcd); a stored path is now made when
-    it is needed.
-    """
-
-    watch: Watch
-    root: str
-    callback: EventCallback
-    #: the caller's path of a stored one (``Namespace.to_client``)
-    to_client: Callable[[str], str] = field(default=str)
-    #: the stamp reported of each node, by client path: its version, or where a backend
-    #: restarts versions when a node is made again, one int that tells the incarnations
-    #: apart too (``_notify``'s ``stamp``; ZooKeeper's tree watch folds the creation zxid
-    #: in and keeps no map of its own beside this one)
-    versions: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # free slot for the backend (e.g. an etcd watch id, a ZooKeeper watcher set)
-    backend_state: object = None
-    # the caller's ``exclude`` and the children of its ``leaves``, on stored paths
-    # strictly below the root
-    excluded: Callable[[str], bool] | None = None
-    # the caller's ``leaves``, on stored paths: nodes whose children need no watch
-    leaf: Callable[[str], bool] | None = None
-    # client paths ``covers`` answered False for: the same few paths (running marks)
-    # change on every fire. A covered node needs no memo: once reported it is in
-    # ``versions``, and so, nearly always, is its parent (a memo of every node held
-    # another entry per node: 320 bytes a job)
-    _left_out: dict[str, None] = field(default_factory=dict)
-
-    def covers(self, stored_path: str) -> bool:
-        if self.excluded is None:
-            return is_below(stored_path, self.root)
-        client_path = self.to_client(stored_path)
-        if client_path in self.versions:
-            return True  # reported, so it passed; ``exclude`` and ``leaves`` never change
-        if client_path in self._left_out:
-            return False
-        # ``is_below and not excluded_below``, through ``versions``: a job's dozen nodes
-        # share their ancestors, so a new node's predicates run for it alone
-        if stored_path == self.root:
-            return True
-        if (
-            is_below(stored_path, self.root)
-            and self.covers(parent(stored_path))
-            and not self.excluded(stored_path)
-        ):
-            return True
-        if len(self._left_out) >= _LEFT_OUT_MEMO:
-            self._left_out.clear()  # bounded: paths seen once (sequential nodes) cannot pile up
-        self._left_out[shared(client_path)] = None
-        return False
 
 
 class BaseRegistry(abc.ABC):
@@ -439,7 +253,7 @@ class BaseRegistry(abc.ABC):
             root=stored,
             callback=callback,
             to_client=self._ns.to_client,
-            excluded=excluded if leaf is None else _below_leaves(excluded, leaf),
+            excluded=excluded if leaf is None else below_leaves(excluded, leaf),
             leaf=leaf,
         )
         with self._watches_lock:
@@ -538,10 +352,10 @@ class BaseRegistry(abc.ABC):
                 return snapshot[stored].version if stamps is None else stamps[stored]
 
             events: list[Event] = []
-            gone = sorted((p for p in old if p not in fresh), key=lambda p: (-_depth(p), p))
+            gone = sorted((p for p in old if p not in fresh), key=lambda p: (-depth(p), p))
             for path in gone:
                 events.append(Event(EventKind.DELETED, path, None, None))
-            for path in sorted(fresh, key=lambda p: (_depth(p), p)):
+            for path in sorted(fresh, key=lambda p: (depth(p), p)):
                 stored = fresh[path]
                 known = old.get(path)
                 if known == stamp_of(stored):

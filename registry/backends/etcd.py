@@ -29,7 +29,7 @@ from typing import Any
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
-from registry.backends.base import BaseRegistry, TxnOpFailed, WatchRegistration, op_failed
+from registry.backends.base import BaseRegistry
 from registry.backends.etcd_conn import EtcdConnection
 from registry.backends.etcd_session import LeaseKeeper, lease_ttl
 from registry.backends.etcd_txn import (
@@ -54,6 +54,8 @@ from registry.backends.etcd_txn import (
     version_cmp,
 )
 from registry.backends.etcd_watch import WatchSupervisor
+from registry.backends.op_failures import TxnOpFailed, op_failed
+from registry.backends.watch_registration import WatchRegistration
 from registry.errors import NodeExistsError, RegistryError, SessionLostError, TransactionError
 from registry.paths import ancestors, parent
 from registry.protocol import Node, Op

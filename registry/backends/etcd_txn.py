@@ -32,7 +32,7 @@ from typing import Any
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
-from registry.backends.base import raise_first_failed_op
+from registry.backends.op_failures import raise_first_failed_op
 from registry.errors import TransactionError
 from registry.paths import ancestors, parent
 from registry.protocol import Create, Delete, Node, Op, Set

@@ -56,11 +56,11 @@ from pyetcd import events as etcd_events
 from pyetcd import exceptions as etcd_exc
 from pyetcd.utils import prefix_range_end
 
-from registry.backends.base import WatchRegistration
 from registry.backends.etcd_conn import EtcdConnection
 from registry.backends.etcd_errors import translate
 from registry.backends.etcd_stream import WatchStream
 from registry.backends.etcd_txn import enc, kv_node, range_op, subtree_prefix
+from registry.backends.watch_registration import WatchRegistration
 from registry.errors import RegistryConnectionError, RegistryError
 from registry.paths import excluded_subtree, is_below
 from registry.protocol import EventKind, Node

@@ -24,13 +24,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from registry.backends.base import (
-    BaseRegistry,
-    OpFailure,
-    TxnOpFailed,
-    WatchRegistration,
-    raise_first_failed_op,
-)
+from registry.backends.base import BaseRegistry
+from registry.backends.op_failures import OpFailure, TxnOpFailed, raise_first_failed_op
+from registry.backends.watch_registration import WatchRegistration
 from registry.children import ChildIndex
 from registry.errors import NodeExistsError, RegistryConnectionError, SessionLostError
 from registry.paths import ancestors, basename, is_below, parent, shared

@@ -45,7 +45,9 @@ from kazoo.protocol.states import KazooState
 from kazoo.retry import KazooRetry
 from kazoo.security import make_acl, make_digest_acl
 
-from registry.backends.base import BaseRegistry, Dispatcher, WatchRegistration
+from registry.backends.base import BaseRegistry
+from registry.backends.dispatcher import Dispatcher
+from registry.backends.watch_registration import WatchRegistration
 from registry.backends.zookeeper_connect import granted_timeout, tune_connection
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, kazoo_logger, visible_children
 from registry.backends.zookeeper_poll import PollingHandler

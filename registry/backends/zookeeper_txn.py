@@ -48,7 +48,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from registry.backends.base import OpFailure, TxnOpFailed
+from registry.backends.op_failures import OpFailure, TxnOpFailed
 from registry.backends.zookeeper_io import ZkIO
 from registry.backends.zookeeper_wire import request_size, send_multi
 from registry.errors import RegistryError, TransactionError

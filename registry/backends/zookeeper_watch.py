@@ -56,7 +56,8 @@ from kazoo.exceptions import NoAuthError
 from kazoo.exceptions import NoNodeError as KzNoNode
 from kazoo.protocol.states import EventType
 
-from registry.backends.base import BaseRegistry, WatchRegistration
+from registry.backends.base import BaseRegistry
+from registry.backends.watch_registration import WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_child_paths, visible_children
 from registry.backends.zookeeper_rewatch import Rearm, rearm
 from registry.children import ChildIndex
