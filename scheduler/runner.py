@@ -914,14 +914,12 @@ class JobRunner:
         for listener in self._listeners:
             self._call_listener(listener.before_job, run)
 
-    def run_item(self, run: JobRun, item: int, task_id: str) -> None:
-        """Run ``item`` of ``run`` (a worker's task): its attempts, retries and error handler."""
-        self._run_item(run, self._context(run, item, task_id))
-
     def _keep_going(self) -> bool:
         return not self._rt.stopping.is_set() and not self.sharding.resharding_pending()
 
-    def _run_item(self, run: JobRun, ctx: ShardingContext) -> None:
+    def run_item(self, run: JobRun, item: int, task_id: str) -> None:
+        """Run ``item`` of ``run`` (a worker's task): its attempts, retries and error handler."""
+        ctx = self._context(run, item, task_id)
         error = self.run_attempt(run, ctx)
         if error is None:
             return

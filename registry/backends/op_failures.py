@@ -1,9 +1,10 @@
 """Why a transaction was refused, the same on every backend: the first op whose check fails.
 
-A backend that learns only that a transaction failed (ZooKeeper's ``multi`` names the op;
-etcd's answer does not) finds the op from the nodes' state (``raise_first_failed_op``) and
-raises ``TxnOpFailed`` on stored paths; ``op_failed`` makes the caller's
-``TransactionError`` of it, naming the caller's own op and path.
+A backend raises ``TxnOpFailed`` (op index and reason, on stored paths) and ``op_failed``
+makes the caller's ``TransactionError`` of it, naming the caller's own op and path.
+ZooKeeper's ``multi`` answer names the failing op; etcd's says only that the transaction
+failed, and the memory store checks before it applies: both find the op from the nodes'
+state with ``raise_first_failed_op``, first failing op in the caller's order.
 """
 
 from __future__ import annotations
