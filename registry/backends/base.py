@@ -303,10 +303,14 @@ class BaseRegistry(abc.ABC):
         stored_path: str,
         node: Node | None,
         stamp: int | None = None,
+        *,
+        covered: bool = False,
     ) -> None:
         """Report one raw change; duplicates and stale repeats are dropped here: a change
-        whose ``stamp`` (default: the node's version) is the one reported last."""
-        if not registration.covers(stored_path):
+        whose ``stamp`` (default: the node's version) is the one reported last. ``covered``:
+        the caller has just seen ``registration.covers(stored_path)`` hold (a new node's
+        first check walks its parents and the watch's predicates: once is enough)."""
+        if not covered and not registration.covers(stored_path):
             return
         path = registration.to_client(stored_path)
         with registration.lock:

@@ -49,11 +49,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pyetcd import etcdrpc
-from pyetcd import events as etcd_events
 from pyetcd import exceptions as etcd_exc
+from pyetcd.etcdrpc import kv_pb2
 from pyetcd.utils import prefix_range_end
 
 from registry.backends.etcd_conn import EtcdConnection
@@ -69,7 +69,23 @@ __all__ = ["WatchSupervisor"]
 
 log = logging.getLogger("registry.etcd")
 
-Notify = Callable[[WatchRegistration, EventKind, str, "Node | None"], None]
+_DELETE = kv_pb2.Event.DELETE  # an etcd event's ``type``: PUT or DELETE
+
+
+class Notify(Protocol):
+    """``BaseRegistry._notify``: reports one raw change of a watched node."""
+
+    def __call__(
+        self,
+        registration: WatchRegistration,
+        kind: EventKind,
+        stored_path: str,
+        node: Node | None,
+        *,
+        covered: bool,
+    ) -> None: ...
+
+
 Resync = Callable[[WatchRegistration, Mapping[str, Node], bool], None]  # (registration, nodes, emit)
 
 _RETRY_MIN = 0.05
@@ -305,21 +321,22 @@ class WatchSupervisor:
         seen = sub.last_rev
         found: set[str] = set()
         self.events_received += len(response.events)
-        for event in response.events:
-            revision = int(event.mod_revision)
+        for event in response.events:  # etcd's own (``WatchStream``): ``type`` and ``kv``
+            kv = event.kv
+            revision = kv.mod_revision
             if revision <= seen:
                 continue  # repeated by a stream we already replaced
-            path = event.key.decode("utf-8", "replace")
-            hole = _hole_of(registration, path)
-            if hole is not None:
-                found.add(hole)
-                sub.last_rev = max(sub.last_rev, revision)
-                continue
-            if isinstance(event, etcd_events.DeleteEvent):
-                self._notify(registration, EventKind.DELETED, path, None)
+            path = kv.key.decode("utf-8", "replace")
+            if not registration.covers(path):
+                hole = _hole_of(registration, path)
+                if hole is not None:
+                    found.add(hole)
+            elif event.type == _DELETE:
+                self._notify(registration, EventKind.DELETED, path, None, covered=True)
             else:
-                kind = EventKind.CREATED if event.version == 1 else EventKind.UPDATED
-                self._notify(registration, kind, path, Node(bytes(event.value), revision, event.lease != 0))
+                kind = EventKind.CREATED if kv.version == 1 else EventKind.UPDATED
+                node = Node(kv.value, revision, kv.lease != 0)
+                self._notify(registration, kind, path, node, covered=True)
             sub.last_rev = max(sub.last_rev, revision)
         if found:
             self._punch(sub, found)
@@ -520,13 +537,18 @@ def _group_cancelled(sub: _Sub) -> bool:
 
 def _holes_in(registration: WatchRegistration, nodes: Mapping[str, Node]) -> set[str]:
     """The excluded subtrees that ``nodes`` (a snapshot) shows, up to ``_MAX_HOLES``."""
-    holes = {hole for path in nodes if (hole := _hole_of(registration, path)) is not None}
+    holes = {
+        hole
+        for path in nodes
+        if not registration.covers(path) and (hole := _hole_of(registration, path)) is not None
+    }
     return set(sorted(holes)[:_MAX_HOLES])
 
 
 def _hole_of(registration: WatchRegistration, path: str) -> str | None:
-    """The excluded subtree of ``registration`` that ``path`` lies in, or None."""
-    if registration.excluded is None or registration.covers(path) or not is_below(path, registration.root):
+    """The excluded subtree of ``registration`` that ``path``, a path it does not cover,
+    lies in; None when ``path`` is outside its root."""
+    if registration.excluded is None or not is_below(path, registration.root):
         return None
     return excluded_subtree(path, registration.root, registration.excluded)
 

@@ -515,7 +515,7 @@ class MemoryRegistry(BaseRegistry):
     def _store_changed(self, kind: EventKind, path: str, node: Node | None) -> None:
         for registration in self._active_watches():
             if registration.covers(path):
-                self._notify(registration, kind, path, node)
+                self._notify(registration, kind, path, node, covered=True)
 
     def server_time(self) -> float:
         self._online()

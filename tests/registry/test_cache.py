@@ -97,6 +97,23 @@ def test_a_wait_under_a_subtree_ends_with_a_change_there_and_ignores_the_others(
         cache.close()
 
 
+def test_a_change_wakes_the_whole_cache_waiters_left_after_another_one_ended(reg: BaseRegistry) -> None:
+    # a change notifies the whole cache's waiters only while there are some: the count of
+    # them must go down by exactly the waiter that ended, not to zero
+    cache = TreeCache(reg, "/c").start()
+    try:
+        first, second = _Waiter(cache, "/c/first"), _Waiter(cache, "/c/second")
+        for waiter in (first, second):
+            wait_for(lambda: blocked_in(waiter.thread, "wait_until"), PROMPT, message="a waiter never began to wait")
+        reg.put("/c/first", b"1")
+        assert first.finished() and first.answer is True
+        reg.put("/c/second", b"1")
+        assert second.finished(), "the waiter left waiting was not woken by its change"
+        assert second.answer is True
+    finally:
+        cache.close()
+
+
 def test_close_wakes_a_wait_under_a_subtree(reg: BaseRegistry) -> None:
     cache = TreeCache(reg, "/c").start()
     waiter = _Waiter(cache, "/c/mine/never", under="/c/mine")
