@@ -153,8 +153,17 @@ class ZkIO:
     # -- waiting ------------------------------------------------------------------------
     @staticmethod
     def wait(result: Any, deadline: float) -> Any:
-        """The value of a kazoo async result, raising its exception or KazooTimeoutError."""
-        return result.get(timeout=max(0.001, deadline - time.monotonic()))
+        """The value of a kazoo async result, raising its exception or KazooTimeoutError.
+
+        Hazard: the result keeps the exception it raises, whose traceback holds the frames
+        it passed (kazoo's ``get``, this one), which hold the result: a cycle, left to the
+        garbage collector, for every refused request (every new node's put, a NoNode on a
+        read). The trick: raise it without those frames, and without the result here."""
+        try:
+            return result.get(timeout=max(0.001, deadline - time.monotonic()))
+        except BaseException as failure:
+            del result
+            raise failure.with_traceback(None) from None
 
     def read_deadline(self) -> float:
         return time.monotonic() + self.connect_timeout

@@ -84,7 +84,10 @@ class _Replan(Exception):
 
 def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) -> None:
     """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
-    last: _Replan | None = None
+    # the last re-plan's step and reason, not the exception: its traceback holds this
+    # frame, whose locals would hold it (a cycle, with the whole batch's plan in it, left
+    # to the garbage collector: thousands of objects a batch while N jobs start)
+    last: tuple[_Step, str] | None = None
     parents = _Reads.NONE  # what the next plan learns of the Creates' parents
     subtrees = False  # whether it reads the subtrees of the Deletes
     for attempt in range(_ATTEMPTS):
@@ -95,7 +98,7 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
                 ops[0].path, functools.partial(_commit, io, request, steps), action="apply a transaction on"
             )
         except _Replan as stale:
-            last = stale
+            last = (stale.step, stale.reason)
             if stale.step.op_type is Create:  # a parent missing, or one appeared
                 # the first re-plan trusts the parents known to exist; a later one reads them all
                 parents = _Reads.ALL if parents is not _Reads.NONE else _Reads.UNKNOWN
@@ -106,12 +109,12 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
             _learn(io, ops, steps)
         return
     assert last is not None
-    step = last.step
-    if step.op_type is Create and last.reason == "no_node" and not step.expansion:
+    step, reason = last
+    if step.op_type is Create and reason == "no_node" and not step.expansion:
         raise TxnOpFailed(step.op_index, OpFailure.NO_NODE)
     raise TransactionError(
         f"transaction op {step.op_index} kept racing concurrent changes at {client_path(step.path)} "
-        f"({last.reason}); nothing was applied",
+        f"({reason}); nothing was applied",
         index=step.op_index,
     )
 

@@ -103,8 +103,11 @@ def test_a_change_wakes_the_whole_cache_waiters_left_after_another_one_ended(reg
     cache = TreeCache(reg, "/c").start()
     try:
         first, second = _Waiter(cache, "/c/first"), _Waiter(cache, "/c/second")
-        for waiter in (first, second):
-            wait_for(lambda: blocked_in(waiter.thread, "wait_until"), PROMPT, message="a waiter never began to wait")
+        wait_for(
+            lambda: blocked_in(first.thread, "wait_until") and blocked_in(second.thread, "wait_until"),
+            PROMPT,
+            message="the waiters never both began to wait",
+        )
         reg.put("/c/first", b"1")
         assert first.finished() and first.answer is True
         reg.put("/c/second", b"1")
