@@ -201,6 +201,9 @@ def test_an_election_that_does_not_follow_reacts_only_to_what_its_owner_hands_ov
     other = peer(harness, reg)
     try:
         assert made.is_leader
+        # the campaign returns once its term is cached, or after 2 s without it: a node
+        # deleted before the watch read it is never reported, so the test waits for it
+        wait_for(lambda: cache.exists(LEADER), PROMPT, message="the cache never showed the leader node")
         other.delete(LEADER)
         wait_for(lambda: any(e.kind is EventKind.DELETED for e in handed), PROMPT)
         assert reg.flush_events(PROMPT), "events were not drained in time"
