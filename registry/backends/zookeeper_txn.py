@@ -86,7 +86,7 @@ def run_transaction(io: ZkIO, ops: list[Op], client_path: Callable[[str], str]) 
     """Apply ``ops`` (stored paths) atomically or raise ``TxnOpFailed`` / a registry error."""
     # the last re-plan's step and reason, not the exception: its traceback holds this
     # frame, whose locals would hold it (a cycle, with the whole batch's plan in it, left
-    # to the garbage collector: thousands of objects a batch while N jobs start)
+    # to the garbage collector; a start of N jobs re-plans many batches)
     last: tuple[_Step, str] | None = None
     parents = _Reads.NONE  # what the next plan learns of the Creates' parents
     subtrees = False  # whether it reads the subtrees of the Deletes

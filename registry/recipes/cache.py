@@ -95,8 +95,8 @@ class TreeCache:
         #: wakes waiters on any change; ``_path_waits`` wakes those that follow one subtree
         self._changed = threading.Condition(self._lock)
         #: ``wait_until`` calls waiting on ``_changed``: a change notifies it only while
-        #: there are some (a start of 1,000 jobs applies some 15,000 changes, nearly all
-        #: with nobody waiting on the whole cache)
+        #: there are some (a start applies a change per node of every job, nearly all with
+        #: nobody waiting on the whole cache)
         self._whole_waits = 0
         #: subtree -> (its condition, its waiter count). Hazard: with 1,000 jobs starting
         #: side by side, waking every waiter on every change (each re-checking under the
