@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from urllib.parse import parse_qsl, unquote
 
 from registry.paths import validate_path
@@ -106,6 +105,8 @@ def _txn_ops(raw: object) -> int:
 
 
 def _plugin_backends() -> set[str]:
+    from importlib.metadata import entry_points  # plugins only: it costs MiBs (registry.release)
+
     from registry.backends import ENTRY_POINT_GROUP
 
     return {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}

@@ -11,7 +11,6 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from sharding.strategies import avg_allocation, odevity, round_robin, sticky
@@ -156,6 +155,8 @@ def get_strategy(name: str) -> LoadedStrategy:
         return builtin
     if ":" in name:
         return _validated(_as_callable(import_object(name, "sharding strategy"), name), name)
+    from importlib.metadata import entry_points  # plugins only: it costs MiBs (registry.release)
+
     plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if name in plugins:
         try:

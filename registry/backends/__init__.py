@@ -14,7 +14,6 @@ A server backend's client libraries come with the extra named as the backend
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
 from registry.errors import ShardJobError
@@ -77,6 +76,8 @@ def backend_class(name: str) -> type[BaseRegistry]:
             raise BackendUnavailable(key, missing) from None
         loaded: object = getattr(module, attr)
     else:
+        from importlib.metadata import entry_points  # plugins only: it costs MiBs (registry.release)
+
         plugins = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
         if name not in plugins:
             known = sorted({*BUILTIN_BACKENDS, *plugins})
