@@ -7,10 +7,13 @@ Each start runs in a child process of its own: wall time and process CPU of ``st
 the server's own request count over it (ZooKeeper's ``mntr``, etcd's ``/metrics``), the
 fires run during it and the RSS after it; its namespace is deleted once it ends. The
 memory registry, in the same run, is the anchor: the ``x memory`` column compares a start
-with memory's start on the same cron.
+with memory's start on the same cron. Each child is pinned to every CPU but one (``--placement
+apart``, the default; ``benchmarks/placement.py``), as ``scheduler_lateness``'s are: left to
+share the servers' core, one start's CPU swung by 30 % between identical runs.
 
 Usage: ``.venv/bin/python -m benchmarks.start_cost [--quick] [--jobs 1000,10000]
-[--backends memory,zookeeper,etcd] [--crons quiet,every-second] [--gc-threshold N]``
+[--backends memory,zookeeper,etcd] [--crons quiet,every-second] [--gc-threshold N]
+[--placement apart|shared]``
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -37,6 +41,7 @@ from benchmarks.common import (
     status_mib,
     write_results,
 )
+from benchmarks.placement import add_placement, measured_cpus, pin, placement_fields, placement_sentence
 
 __all__ = ["CRONS", "NAME", "main", "peak_rss_mib", "render", "start_bound", "summary"]
 
@@ -73,7 +78,9 @@ def _child(argv: list[str]) -> int:
     parser.add_argument("--counter", default="", help="BACKEND=HOST:PORT whose server requests to count")
     parser.add_argument("--gc-threshold", type=int, default=0)
     parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to pin this process to (none: not pinned)")
     args = parser.parse_args(argv)
+    pin([int(c) for c in args.cpus.split(",") if c])  # before any thread starts: they inherit it
     from benchmarks.server_counters import read_count
     from scheduler import JobConfig, Scheduler, ShardingContext
     from scheduler.gc_tuning import tune_gc
@@ -109,16 +116,20 @@ def _child(argv: list[str]) -> int:
         "fires_during_start": fired,
         "failed_jobs": len(sched.failed_jobs),
         "rss_mib": peak_rss_mib(),
+        "cpus": sorted(os.sched_getaffinity(0)),  # what the placement asked for, seen by the child
     }
     args.result.write_text(json.dumps(result))
     sched.shutdown(wait=False)
     return 0
 
 
-def _run_child(url: str, jobs: int, cron: str, counter: str, gc_threshold: int, workdir: Path, stem: str) -> dict[str, Any]:
+def _run_child(
+    url: str, jobs: int, cron: str, counter: str, gc_threshold: int, cpus: list[int], workdir: Path, stem: str
+) -> dict[str, Any]:
     argv = [
         sys.executable, "-m", "benchmarks.start_cost", "_child", "--registry", url, "--jobs", str(jobs),
         "--cron", cron, "--counter", counter, "--gc-threshold", str(gc_threshold),
+        "--cpus", ",".join(str(c) for c in cpus),
     ]  # fmt: skip
     bound = 300 + jobs / 10  # 10,000 every-second jobs took 109 s on ZooKeeper
     return run_child(argv, workdir, stem, bound, f"start of {jobs} jobs on {url}")
@@ -130,6 +141,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated registries")
     parser.add_argument("--crons", default=",".join(CRONS), help="comma-separated: quiet, every-second")
     add_gc_threshold(parser, "every child")
+    add_placement(parser)
     args = parser.parse_args(argv)
     args.jobs = [int(n) for n in (args.jobs or ("50" if args.quick else "1000,10000")).split(",")]
     args.backends = args.backends.split(",")
@@ -145,6 +157,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    cpus = measured_cpus(args.placement)
     results: list[dict[str, Any]] = []
     with (
         servers(args, zookeeper="zookeeper" in args.backends, etcd="etcd" in args.backends) as found,
@@ -159,7 +172,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     address = addresses.get(backend)
                     url = f"memory://{tag}" if backend == "memory" else f"{backend}://{address}/{tag}"
                     counter = "" if address is None else f"{backend}={address}"
-                    figures = _run_child(url, jobs, cron, counter, args.gc_threshold, Path(tmp), f"{backend}-{label}-{jobs}")
+                    figures = _run_child(
+                        url, jobs, cron, counter, args.gc_threshold, cpus, Path(tmp), f"{backend}-{label}-{jobs}"
+                    )
                     if address is not None:  # the next child finds the server holding its own jobs only
                         delete_namespace(f"{backend}://{address}", f"/{tag}")
                     results.append({"backend": backend, "crons": label, **figures})
@@ -179,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows,
         left={1, 2},
     )  # fmt: skip
-    payload = {"gc_threshold": args.gc_threshold, "results": results}
+    payload = {"gc_threshold": args.gc_threshold, **placement_fields(args.placement, cpus), "results": results}
     write_results(NAME, args, payload)
     return payload
 
@@ -214,7 +229,7 @@ def render(document: dict[str, Any], charts: Charts) -> str:
             "registered, so the start competes with the fires of the jobs already up). *server requests* are "
             "counted by the server (ZooKeeper `mntr`, etcd `/metrics`) over the start; the memory registry is "
             "the anchor (*CPU x memory*: against memory's start of the same jobs and cron); RSS is the peak, "
-            "reached at the start's end.",
+            "reached at the start's end." + placement_sentence(document),
             "",
             "| jobs | registry | cron | start s | CPU s | CPU ms/job | CPU x memory | server requests | per job "
             "| fires during start | RSS MiB |",

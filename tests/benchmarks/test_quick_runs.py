@@ -239,6 +239,7 @@ def test_start_cost_quick_runs_with_the_threshold_run_all_passes(
 ) -> None:
     document = _load(quick_run, "start_cost")
     assert document["gc_threshold"] == WORKER_GC_THRESHOLD  # run_all's default, passed through
+    _assert_pinned_apart(document)
     assert {(r["backend"], r["crons"]) for r in document["results"]} == {
         (b, c) for b in ("memory", "zookeeper", "etcd") for c in ("quiet", "every-second")
     }
@@ -258,7 +259,7 @@ def test_fleet_requests_quick(quick_run: Path) -> None:
 
 
 def _assert_pinned_apart(document: dict[str, Any]) -> None:
-    """A recovery benchmark's children ran where the default placement puts them."""
+    """A benchmark's children ran where the default placement puts them."""
     assert document["placement"] == placement.APART
     assert document["measured_cpus"] == placement.measured_cpus(placement.APART)
     for figures in document["results"]:
