@@ -15,7 +15,7 @@ Invariants:
 - A node of the same id held by another session (a previous process with the same id
   whose session has not expired yet) is waited out, bounded by twice the session
   timeout, never overwritten: the server removes it when that session ends. The wait
-  ends early when ``cancelled`` says the instance is stopping: a shutdown joins the
+  ends early when the owner says the instance is ``leaving``: a shutdown joins the
   registration under way, and must not sit out that bound.
 - Read-your-writes: ``register`` returns once the job's cache (this instance's only read
   path) shows the node, so a leader computing right after does not leave itself out.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from typing import Protocol
 
 from registry.errors import BadVersionError, NodeExistsError, NoNodeError, RegistryError, TransactionError
 from registry.protocol import Create, Delete, Node, Op, RegistryCenter, Set
@@ -52,15 +52,25 @@ log = logging.getLogger("sharding")
 _WRITTEN_KEPT = 8
 
 
+class MembershipOwner(Protocol):
+    """What a membership asks of the service that owns it. One reference to the owner: a
+    bound method was 80 bytes a job, at thousands of jobs (as ``run_marks.MarksOwner``)."""
+
+    def leaving(self) -> bool:
+        """The instance is stopping: no registration is wanted any more (a registration
+        waiting out a stale node ends)."""
+        ...
+
+
 class Membership:
     """Registers ``identity`` (and its server) in ``paths``' job (module docstring)."""
 
     # one per job, thousands per process: no attribute dict (a new attribute goes here)
     __slots__ = (
         "_cache",
-        "_cancelled",
         "_commit",
         "_lock",
+        "_owner",
         "_paths",
         "_reg",
         "_value",
@@ -79,12 +89,11 @@ class Membership:
         cache: TreeCache,
         *,
         commit: Commit | None = None,
-        cancelled: Callable[[], bool] = lambda: False,
+        owner: MembershipOwner | None = None,
     ) -> None:
         self._reg = reg
         self._commit = reg.transaction if commit is None else commit
-        #: true once the instance is stopping: a registration waiting out a stale node ends
-        self._cancelled = cancelled
+        self._owner = owner
         self._paths = paths
         self.identity = identity
         self._cache = cache
@@ -178,7 +187,7 @@ class Membership:
     def register(self) -> None:
         """Create this instance's ephemeral node, or adopt it if it holds a value this
         instance wrote; wait out a stale one of another session with the same id.
-        ``ShardingError`` when it is still held at the bound, or once ``cancelled``."""
+        ``ShardingError`` when it is still held at the bound, or once the owner is ``leaving``."""
         path = self.path
         bound = 2 * self._reg.session_timeout + 5
         deadline = time.monotonic() + bound
@@ -203,7 +212,7 @@ class Membership:
                         self.version = node.version
                         self._adopted(path, node.version)
                         return
-                    if self._cancelled():
+                    if self._leaving():
                         raise ShardingError(f"instance node {path} not registered: the instance is stopping")
                     if time.monotonic() > deadline:
                         raise ShardingError(f"instance node {path} is held by another session") from None
@@ -218,7 +227,7 @@ class Membership:
                         )
                     # woken by the node's change, or by the cache's wake() once stopping
                     self._cache.wait_until(
-                        lambda: self._cancelled() or not self._cache.exists(path), 0.5, under=path
+                        lambda: self._leaving() or not self._cache.exists(path), 0.5, under=path
                     )
                     continue
                 self.version = self._written_version(path, value, fresh)
@@ -271,11 +280,14 @@ class Membership:
             self.register()
             log.info("job %s: instance %s registered again", self._paths.job, self.identity.instance_id)
         except (RegistryError, ShardingError):
-            if self._cancelled():
+            if self._leaving():
                 return  # stopping: no registration is wanted any more
             log.warning(
                 "job %s: re-registration failed; retrying on the next change", self._paths.job, exc_info=True
             )
+
+    def _leaving(self) -> bool:
+        return self._owner is not None and self._owner.leaving()
 
     def leave(self) -> None:
         """Remove this instance's node if it is the one this instance wrote (a versioned

@@ -61,7 +61,8 @@ class MarksOwner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class CurrentAssignment:
-    """A READY assignment and the registry version it was read at (the fencing token)."""
+    """An assignment and the registry version it was read at (the fencing token): READY
+    wherever a run is fenced by it (``ShardingService.ready``)."""
 
     assignment: Assignment
     version: int

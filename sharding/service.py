@@ -146,13 +146,15 @@ class ShardingService:
             raise ValueError(f"cache of {self._cache.root} does not cover job {job}")
         self.wait_timeout = wait_timeout
         self.membership = Membership(
-            reg, self.paths, identity, self._cache, commit=self._commit, cancelled=self._leaving
+            reg, self.paths, identity, self._cache, commit=self._commit, owner=self
         )
         self._state_lock = threading.Lock()
         #: the highest epoch seen: a new assignment's epoch goes above it even when the node
         #: read is older or corrupt (``Resharding``)
         self._max_epoch = 0
-        self._decoded: tuple[int, Assignment] | None = None
+        #: the assignment last decoded, READY or not, at its version: ``_ready`` hands the
+        #: same object out while it is READY (a tuple beside it was 72 bytes a job)
+        self._decoded: CurrentAssignment | None = None
         self._last_ready: CurrentAssignment | None = None
         self._evaluation_pending = False
         self._phase = _Phase.NEW
@@ -191,8 +193,9 @@ class ShardingService:
         """The service is leaving (``stop()``): it reacts to nothing more."""
         return self._phase is _Phase.STOPPING
 
-    def _leaving(self) -> bool:
-        """Stopped, or its owner is shutting down: no registration is wanted any more."""
+    def leaving(self) -> bool:
+        """Stopped, or its owner is shutting down: no registration is wanted any more
+        (``MembershipOwner``)."""
         return self._phase is _Phase.STOPPING or (self._cancelled is not None and self._cancelled())
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -341,14 +344,14 @@ class ShardingService:
     def decode_assignment(self, node: Node) -> Assignment | None:
         """The assignment ``node`` holds, or None when it is corrupt (reported once)."""
         memo = self._decoded
-        if memo is not None and memo[0] == node.version:
-            return memo[1]
+        if memo is not None and memo.version == node.version:
+            return memo.assignment
         try:
             assignment = Assignment.decode(self.paths.assignment, node.value)
         except CorruptNodeError as exc:
             self.report_corrupt(self.paths.assignment, node.version, exc.problem)
             return None
-        self._decoded = (node.version, assignment)
+        self._decoded = CurrentAssignment(assignment, node.version)
         self.saw_epoch(assignment.epoch)
         return assignment
 
@@ -399,7 +402,9 @@ class ShardingService:
         assignment = self.decode_assignment(node)
         if assignment is None or assignment.state is not AssignmentState.READY:
             return None
-        self._last_ready = CurrentAssignment(assignment, node.version)
+        memo = self._decoded
+        fresh = memo is not None and memo.assignment is assignment and memo.version == node.version
+        self._last_ready = memo if fresh else CurrentAssignment(assignment, node.version)
         return self._last_ready
 
     # -- the run path ---------------------------------------------------------------------

@@ -3,6 +3,8 @@ answer is lost between the server and this client, or a notice reaches it late."
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -11,10 +13,12 @@ from registry.backends.base import BaseRegistry
 from registry.errors import RegistryConnectionError
 from registry.protocol import Create, Op
 from registry.recipes.cache import TreeCache
+from sharding.errors import ShardingError
 from sharding.instance import InstanceIdentity
 from sharding.layout import JobPaths, is_leaf, is_running_marks
 from sharding.membership import Membership
 from tests.harness import Harness
+from tests.waiting import wait_for
 
 
 @pytest.fixture
@@ -74,3 +78,55 @@ def test_a_session_loss_reported_after_the_re_registration_keeps_the_node_ours(
     membership.register()  # the one the new session's CONNECTED starts
     assert membership.registered
     assert reg.get(membership.path) == written
+
+
+
+class _Owner:
+    """A service as its membership sees it: leaving once told to."""
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+
+    def leaving(self) -> bool:
+        return self.stopping.is_set()
+
+
+def test_a_registration_waiting_out_another_sessions_node_ends_once_its_owner_is_leaving(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node of this instance's id held by another session is waited out, for up to twice
+    the session timeout + 5 s; once the owning service is leaving (a shutdown), the wait
+    ends at once with an error, and the other session's node is left as it was."""
+    identity = InstanceIdentity.create("10.0.0.1@-@1")
+    paths = JobPaths("job")
+    namespace = harness.fresh_namespace()
+    timeout = harness.min_session_timeout
+    squatter = harness.connect(namespace, session_timeout=timeout)
+    reg = harness.connect(namespace, session_timeout=timeout)
+    cache = TreeCache(reg, "/", exclude=is_running_marks, leaves=is_leaf).start()
+    try:
+        squatter.create(paths.instance(identity.instance_id), b"another session's", ephemeral=True)
+        owner = _Owner()
+        membership = Membership(reg, paths, identity, cache, owner=owner)
+        failed: list[BaseException] = []
+
+        def register() -> None:
+            try:
+                membership.register()
+            except ShardingError as exc:
+                failed.append(exc)
+
+        waiting = threading.Thread(target=register)
+        with caplog.at_level(logging.WARNING, logger="sharding"):
+            waiting.start()
+            wait_for(lambda: "held by another session" in caplog.text, 10, message="the wait never began")
+        owner.stopping.set()
+        cache.wake()  # what a stopping service does: the wait looks again at once
+        waiting.join(timeout)  # well inside the wait's bound (2 x timeout + 5 s)
+        assert not waiting.is_alive(), "the registration went on waiting though its owner left"
+        assert len(failed) == 1 and "the instance is stopping" in str(failed[0])
+        assert reg.get(membership.path) == b"another session's"
+    finally:
+        cache.close()
+        squatter.close()
+        reg.close()
