@@ -27,6 +27,7 @@ from registry.backends.zookeeper_watchers import (
     follow,
     unfollow,
 )
+from registry.errors import RegistryConnectionError
 from registry.protocol import Event, SessionState
 from tests.servers.proxy import TCPProxy
 from tests.waiting import wait_for
@@ -296,3 +297,21 @@ def test_a_reset_hands_the_followers_to_the_new_map() -> None:
     assert list(client._data_watchers["/ns/job/a"]) == [tree.data_callback]
     unfollow(client, tree)
     assert new.followers == () and "/ns/job/a" not in client._data_watchers
+
+
+def test_a_watch_that_could_not_start_leaves_no_follower(proxy: TCPProxy) -> None:
+    """A tree watch follows the tables from its making; one whose start failed (no
+    connection within the connect timeout) stops following them."""
+    reg = registry.connect(
+        f"zk://{proxy.address}/zkwatchers{uuid.uuid4().hex[:10]}?session_timeout=20&connect_timeout=1"
+    )
+    assert isinstance(reg, ZooKeeperRegistry)
+    try:
+        proxy.cut()
+        wait_for(lambda: reg.state is SessionState.SUSPENDED, 20, message=lambda: str(reg.state))
+        with pytest.raises(RegistryConnectionError):
+            reg.watch("/job", lambda event: None, initial=True)
+        wait_for(lambda: _tables_of(reg)[0].store.followers == (), 10, message="a failed watch still follows")
+    finally:
+        proxy.restore()
+        reg.close()
