@@ -8,10 +8,7 @@ install would report the version it was installed with rather than the source's.
 
 from __future__ import annotations
 
-__all__ = ["VERSION", "installed_version"]
+__all__ = ["VERSION"]
 
 VERSION = "0.2.0"
 
-
-def installed_version() -> str:
-    return VERSION

@@ -25,7 +25,7 @@ from typing import Any
 import registry
 from registry.backends import BackendUnavailable
 from registry.errors import RegistryConnectionError, RegistryError, ShardJobError
-from registry.release import installed_version
+from registry.release import VERSION
 from scheduler.cli_format import format_table, iso_utc
 from scheduler.cli_ops import COMMANDS as OPERATION_COMMANDS
 from scheduler.cli_ops import add_operation_commands, run_operation
@@ -446,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
         "4 no such job.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO (default: warnings only)")
-    parser.add_argument("--version", action="version", version=f"shardjob {installed_version()}")
+    parser.add_argument("--version", action="version", version=f"shardjob {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser(

@@ -34,7 +34,7 @@ from registry.paths import join
 from registry.protocol import Check, Create, Node, Op, RegistryCenter, Set
 from registry.recipes.batch import Commit
 from registry.recipes.cache import TreeCache
-from registry.release import installed_version
+from registry.release import VERSION
 from sharding.errors import ShardingError
 from sharding.layout import SYSTEM_ROOT
 
@@ -98,7 +98,7 @@ def read_layout(node: Node | None) -> StoredLayout:
 def check_runnable(reg: RegistryCenter) -> StoredLayout:
     """Read the namespace's layout (one read) and refuse one this release cannot run on."""
     stored = read_layout(reg.get_node(LAYOUT_NODE))
-    this = f"shardjob {installed_version()} (layouts {OLDEST_RUNNABLE}-{LAYOUT})"
+    this = f"shardjob {VERSION} (layouts {OLDEST_RUNNABLE}-{LAYOUT})"
     writer = f", written by shardjob {stored.release}" if stored.release else ""
     if stored.layout > LAYOUT:
         raise LayoutVersionError(
@@ -149,7 +149,7 @@ def plan_upgrade(reg: RegistryCenter, stored: StoredLayout) -> list[Op]:
     ops: list[Op] = []
     for migration in MIGRATIONS[stored.layout - 1 :]:
         ops.extend(migration.ops(reg))
-    value = json.dumps({"layout": LAYOUT, "release": installed_version()}, sort_keys=True).encode()
+    value = json.dumps({"layout": LAYOUT, "release": VERSION}, sort_keys=True).encode()
     if stored.node is None:
         ops.append(Create(LAYOUT_NODE, value))
     else:

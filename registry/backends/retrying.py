@@ -5,9 +5,9 @@ The trick: the first try is a plain call. tenacity's retry state costs ~15 us of
 build, which a start-up of 1,000 jobs would pay on ~10,000 calls that all succeed at once;
 it is built only after a transient failure, for what is left of the budget. tenacity is
 imported then too: with the ``asyncio`` it imports, about 3 MiB of RSS a process that
-never meets a failure need not hold. The first
-retry follows at once, the later ones after growing waits; as with tenacity alone, a call
-is tried at least once more after its first failure, even when the budget is spent.
+never meets a failure need not hold. The first retry follows at once, the later ones
+after growing waits; as with tenacity alone, a call is tried at least once more after its
+first failure, even when the budget is spent.
 """
 
 from __future__ import annotations

@@ -371,30 +371,29 @@ def _current_store(client: Any) -> _WatcherStore | None:
     return table.store if isinstance(table, _WatcherTable) else None
 
 
-def follow(client: Any, follower: Follower) -> bool:
-    """Let ``follower``'s callbacks stand for its paths in ``client``'s tables, now and
-    after every reset; False when the tables are not compact (its callbacks are then
-    stored per path, as kazoo's own tables keep them)."""
+def _on_current_store(client: Any, change: Callable[[_WatcherStore], None]) -> bool:
+    """``change(store)`` on ``client``'s current map, under its lock, retried on the new map
+    when a reset replaced it meanwhile; False when the tables are not compact."""
     while True:
         store = _current_store(client)
         if store is None:
             return False
         with store._lock:
-            if _current_store(client) is store:  # not replaced by a reset meanwhile
-                store.follow(follower)
+            if _current_store(client) is store:
+                change(store)
                 return True
+
+
+def follow(client: Any, follower: Follower) -> bool:
+    """Let ``follower``'s callbacks stand for its paths in ``client``'s tables, now and
+    after every reset; False when the tables are not compact (its callbacks are then
+    stored per path, as kazoo's own tables keep them)."""
+    return _on_current_store(client, lambda store: store.follow(follower))
 
 
 def unfollow(client: Any, follower: Follower) -> None:
     """Undo ``follow``: ``follower``'s paths answer with their stored callbacks only."""
-    while True:
-        store = _current_store(client)
-        if store is None:
-            return
-        with store._lock:
-            if _current_store(client) is store:
-                store.unfollow(follower)
-                return
+    _on_current_store(client, lambda store: store.unfollow(follower))
 
 
 def compact_watcher_tables(client: Any, namespace: str = "") -> bool:
