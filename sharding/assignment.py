@@ -120,7 +120,8 @@ class Assignment:
     #: under the previous epoch was marked before it, so its fire is no later
     fenced_at: float | None = None
     #: item -> the instance that held it in the previous epoch, for the items this one
-    #: gives to another while that instance is still registered
+    #: gives to another: while that instance is still registered, or with failover (the
+    #: leader queued a departed holder's fires up to the fence)
     moved: Mapping[int, str] = field(default_factory=dict)
 
     def items_of(self, instance_id: str) -> tuple[int, ...]:
@@ -136,9 +137,10 @@ class Assignment:
     def ran_elsewhere(self, item: int, fire_time: float, instance_id: str) -> bool:
         """Fire ``fire_time`` of ``item`` is another instance's under the previous epoch:
         a run of it the resharding waited for, or a fire no later than the fence of an
-        item moved here from an instance still registered. That instance ran the fire
-        (its mark came before the fence) or was fenced out of it, and then queues it for
-        failover itself (``moved_away``): either way not this instance's to run."""
+        item moved here (``moved``). An instance still registered ran the fire (its mark
+        came before the fence) or was fenced out of it, and then queues it for failover
+        itself (``moved_away``); one that left ran it, or the leader queued it with the
+        new epoch: either way not this instance's to run but as a failover entry."""
         ran = self.ran.get(item)
         if ran is not None and ran[1] != instance_id and fire_time <= ran[0]:
             return True

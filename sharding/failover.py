@@ -6,10 +6,14 @@ there. When the leader reshards without an instance that is gone, it turns that 
 queue entries ``(item, fire_time)``:
 
 - a run in progress at death: its items at its fire time;
-- every fire the instance's items missed afterwards, up to the new epoch: its assigned
-  items at each fire time of the schedule since its last known fire (the run's fire, its
-  ``last_fire`` when it left cleanly, or — when it died between runs and left no trace —
-  the session timeout before the death was seen, the earliest it can have stopped).
+- every fire the instance's items missed afterwards, up to the resharding's fence: its
+  assigned items at each fire time of the schedule since its last known fire (the run's
+  fire, its ``last_fire`` when it left cleanly, or — when it died between runs and left no
+  trace — the session timeout before the death was seen, the earliest it can have
+  stopped). A later fire is the items' new owners' own: the fence held it back, and they
+  plan it under the new epoch. The new epoch lists the departed holder's items in
+  ``moved``, so an owner that plans a fire up to the fence only then (it waited for the
+  epoch) skips it as queued (``Assignment.ran_elsewhere``).
 
 Another source, not the leader's: a fire that raced a resharding moving an item between
 two live instances, which neither ran, is queued by the instance that planned it

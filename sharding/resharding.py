@@ -346,7 +346,7 @@ class Resharding:
             leader_version,
             ran,
             None if self._fenced is None else self._fenced[1],
-            self._moved(previous, planned),
+            self._moved(previous, planned, settings.failover),
         )
         ops: list[Check | Create | Set | Delete] = [
             *fence_ops,
@@ -469,10 +469,14 @@ class Resharding:
             for instance in previous.items:
                 if instance not in online and instance not in departed:
                     departed[instance] = None  # died between runs, no trace left
+        # Invariant: a departed holder's fires are queued up to the fence and no later.
+        # A later fire is its items' new owners' (``Assignment.ran_elsewhere``): they
+        # plan it under the new epoch, the fence having held it back; queued too, it
+        # ran twice (one after the other, on the owner)
         entries = plan_entries(
             previous,
             departed,
-            now=time.time(),
+            now=time.time() if self._fenced is None else self._fenced[1],
             session_timeout=self._reg.session_timeout,
             missed_fires=None if self._hooks is None else self._hooks.missed_fires,
             disabled=self._service.disabled_items(),
@@ -489,10 +493,16 @@ class Resharding:
         )
         return ops
 
-    def _moved(self, previous: Assignment | None, planned: Mapping[str, Sequence[int]]) -> dict[int, str]:
-        """Item -> its holder in ``previous``, for the items ``planned`` gives to another
-        while that holder is still registered (one that left ran nothing after its last
-        fire, which the failover queue covers)."""
+    def _moved(
+        self, previous: Assignment | None, planned: Mapping[str, Sequence[int]], failover: bool
+    ) -> dict[int, str]:
+        """Item -> its holder in ``previous``, for the items ``planned`` gives to another:
+        every fire of theirs up to the fence is the holder's, not the new owner's
+        (``Assignment.ran_elsewhere``). A holder still registered ran such a fire or queues
+        it itself (``moved_away``); one that left, only with failover: the leader queues
+        its fires up to the fence (``_departed_ops``). Without failover a departed
+        holder's items are not listed, and a fire of theirs that waited for this epoch is
+        the new owner's to run."""
         if previous is None:
             return {}
         owner = {item: instance for instance, items in planned.items() for item in items}
@@ -500,7 +510,7 @@ class Resharding:
         return {
             item: holder
             for holder, items in previous.items.items()
-            if holder in online
+            if failover or holder in online
             for item in items
             if owner.get(item, holder) != holder
         }

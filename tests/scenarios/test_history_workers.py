@@ -10,6 +10,7 @@ import json
 import re
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ from tests.waiting import wait_for
 
 TOTAL = 6
 SESSION_TIMEOUT = 2
+
+
+def _repeated(keys: list[tuple[str, int, float]]) -> set[tuple[str, int, float]]:
+    return {key for key, n in Counter(keys).items() if n > 1}
 
 
 def test_fleet_history_in_postgresql_with_a_sigkilled_worker(
@@ -78,13 +83,16 @@ def test_fleet_history_in_postgresql_with_a_sigkilled_worker(
         for worker in (a, b):
             assert worker.terminate() == 0  # graceful: the writer flushes its buffer
         # every execution the survivors recorded themselves is in the history, and no more
-        recorded = {(r.instance, r.item, r.fire_time) for w in (a, b) for r in w.records()}
+        executions = [(r.instance, r.item, r.fire_time) for w in (a, b) for r in w.records()]
+        assert not _repeated(executions), f"an item ran twice for one fire: {_repeated(executions)}"
         rows = reader.executions("settle", limit=None)
-        in_history = [
-            (r.instance_id, r.sharding_item, r.fire_time) for r in rows if r.instance_id != c.instance_id
-        ]
-        assert len(in_history) == len(set(in_history))
-        assert set(in_history) == recorded
+        survivors_rows = [r for r in rows if r.instance_id != c.instance_id]
+        in_history = [(r.instance_id, r.sharding_item, r.fire_time) for r in survivors_rows]
+        doubled = _repeated(in_history)
+        assert not doubled, "history rows written twice:\n" + "\n".join(
+            repr(r) for r in survivors_rows if (r.instance_id, r.sharding_item, r.fire_time) in doubled
+        )
+        assert set(in_history) == set(executions)
         failover_records = {
             (r.instance, r.item, r.fire_time) for w in (a, b) for r in w.records() if r.failover
         }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +45,7 @@ from sharding import (
 )
 from sharding.failover import RunTrace
 from sharding.layout import JobPaths
+from sharding.resharding import JobHooks
 from tests.contract import SLACK as EXPIRY_SLACK
 from tests.harness import Harness
 from tests.sharding import blocking_strategy
@@ -97,7 +99,9 @@ class Cluster:
     def connect(self) -> BaseRegistry:
         return self.harness.connect(self.namespace, session_timeout=self.timeout)
 
-    def add(self, instance_id: str, *, enabled: bool = True) -> ShardingService:
+    def add(
+        self, instance_id: str, *, enabled: bool = True, hooks: JobHooks | None = None
+    ) -> ShardingService:
         reg = self.connect()
         service = ShardingService(
             reg,
@@ -106,6 +110,7 @@ class Cluster:
             self.settings,
             executor=self.executor,
             wait_timeout=20,
+            hooks=hooks,
         )
         service.start(server_enabled=enabled)
         self.services[instance_id] = service
@@ -477,6 +482,55 @@ def test_a_resharding_names_the_items_it_moves_and_when_it_fenced(
         assert not assignment.ran_elsewhere(item, fenced_at, ids(1)[0])
     decoded = Assignment.decode("/assignment", assignment.encode())
     assert (decoded.fenced_at, decoded.moved) == (fenced_at, assignment.moved)
+
+
+class _EveryMillisecond:
+    """A job's hooks whose schedule fires every millisecond: the failover queue then shows,
+    to the millisecond, up to when a resharding queued a departed holder's fires."""
+
+    def missed_fires(self, since: float, until: float) -> list[float]:
+        return [n / 1000 for n in range(math.floor(since * 1000) + 1, math.floor(until * 1000) + 1)]
+
+    def resharded(self, epoch: int, seconds: float) -> None:
+        pass
+
+
+def test_a_departed_holders_fires_run_once_the_queued_ones_up_to_the_fence(
+    harness: Harness, executor: ThreadPoolExecutor
+) -> None:
+    """``b`` stops cleanly after a fire; the leader ``a`` reshards without it and takes its
+    items. Each later fire of those items is run once: up to the fence from the failover
+    queue, which ``a`` then skips as a fire of its own (it may have waited for the new
+    epoch); after the fence as ``a``'s own fire, never queued."""
+    cluster = Cluster(harness, executor, total=4, failover=True)
+    hooks = _EveryMillisecond()
+    a = cluster.add(ids(1)[0], hooks=hooks)
+    wait_for(lambda: a.is_leader, 20, message="a leads")
+    b = cluster.add(ids(2)[0], hooks=hooks)
+    cluster.settled(set(ids(1, 2)))
+    before = b.ensure_ready(10)
+    left = b.local_items(before)
+    last = time.time() - 0.01  # its last fire: 10 ms ago, so fires fall before the fence
+    b.clear_running(b.mark_running(before, left, fire_time=last))
+    cluster.stop(ids(2)[0])
+    cluster.settled({ids(1)[0]})
+    after = a.ensure_ready(10)
+    fenced_at = after.assignment.fenced_at
+    assert fenced_at is not None
+    # written with the assignment, but a's cache may apply the two events apart
+    wait_for(lambda: a.failover_entries(after), 10, message="a's cache shows the failover queue")
+    queued = {(e.item, e.fire_time) for e in a.failover_entries(after)}
+    fires = hooks.missed_fires(last, fenced_at + 0.05)
+    assert any(f <= fenced_at for f in fires) and any(f > fenced_at for f in fires)
+    assert queued == {(item, f) for item in left for f in fires if f <= fenced_at}
+    me = ids(1)[0]
+    for item in left:
+        assert [f for f in fires if not after.assignment.ran_elsewhere(item, f, me)] == [
+            f for f in fires if f > fenced_at
+        ]
+    for item in after.assignment.items_of(me):  # a's own items: every fire is a's
+        if item not in left:
+            assert not any(after.assignment.ran_elsewhere(item, f, me) for f in fires)
 
 
 def test_expired_session_cannot_start_a_run_with_its_stale_assignment(
