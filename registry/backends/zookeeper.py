@@ -423,7 +423,7 @@ class ZooKeeperRegistry(BaseRegistry):
         deadline = time.monotonic() + self.connect_timeout
         while True:
             if not self._io.connected.wait(deadline - time.monotonic()):
-                watcher.dead = True
+                self._abandon(watcher)  # it follows the client's tables from its making
                 raise RegistryConnectionError(
                     f"not connected to ZooKeeper at {self._hosts} within {self.connect_timeout:g}s; "
                     f"watch on {registration.watch.path} not established"

@@ -60,6 +60,7 @@ from registry.backends.base import BaseRegistry
 from registry.backends.watch_registration import WatchRegistration
 from registry.backends.zookeeper_io import ZkIO, is_connection_failure, visible_child_paths, visible_children
 from registry.backends.zookeeper_rewatch import Rearm, rearm
+from registry.backends.zookeeper_watchers import follow, released, unfollow
 from registry.children import ChildIndex
 from registry.paths import ancestors, join, parent, shared
 from registry.protocol import Event, EventKind, Node
@@ -115,6 +116,10 @@ class TreeWatcher:
         #: them, not one made per read
         self.data_callback: Callable[[Any], None] = self.on_data
         self.child_callback: Callable[[Any], None] = self.on_child
+        # the client's tables keep no entry for the paths this watch follows
+        # (``zookeeper_watchers.follow``): one a node, all alike, where its callbacks are
+        # all the entry would hold
+        follow(io.client, self)
 
     @property
     def _known(self) -> dict[str, int]:
@@ -130,6 +135,35 @@ class TreeWatcher:
         """The node exists as far as this watch has reported (any thread may ask: one
         lookup in a dict only the worker changes)."""
         return self._client(stored_path) in self._known
+
+    # -- the client's tables (``zookeeper_watchers.Follower``) ----------------------------
+    def follows(self, key: str, child: bool) -> bool:
+        """A watch of ``key`` (a caller's path) may be ours: a node we cover, and for a child
+        watch, not a leaf. Asked on kazoo's connection thread; dict lookups and the
+        watch's predicates only (``covers`` memoizes what it leaves out)."""
+        if self.dead:
+            return False
+        registration = self.registration
+        stored = None
+        if key not in self._known:
+            stored = self._server(key)
+            if not registration.covers(stored):
+                return False
+        if not child or registration.leaf is None:
+            return True
+        return not registration.leaf(self._server(key) if stored is None else stored)
+
+    def followed(self, child: bool) -> list[str]:
+        """The paths this watch keeps a ``child`` (else data) watch on: ``armed()``'s."""
+        if self.dead:
+            return []
+        known = list(self._known)
+        if not known:
+            return [] if child else [self.root]  # the absent root's exists watch
+        leaf = self.registration.leaf
+        if not child or leaf is None:
+            return known
+        return [key for key in known if not leaf(self._server(key))]
 
     # -- kazoo's event thread: never block, only hand over ----------------------------
     def on_data(self, event: Any) -> None:
@@ -241,6 +275,7 @@ class TreeWatcher:
         in kazoo 2.11), so this reaches into its tables, tolerating their absence.
         """
         self.dead = True
+        unfollow(self._io.client, self)
         tables = [
             getattr(self._io.client, "_data_watchers", None),
             getattr(self._io.client, "_child_watchers", None),
@@ -427,6 +462,7 @@ class TreeWatcher:
         for current in sorted(gone, key=_deepest_first):
             self._kids.pop(current)
             self._owner._notify(self.registration, EventKind.DELETED, self._server(current), None)
+            released(self._io.client, self, current)
         if path != self.root:
             self._kids.discard(parent(path), path)
 

@@ -1,9 +1,9 @@
 """kazoo's tables of watch callbacks are kept compact (``registry/backends/zookeeper_watchers.py``),
-against a real ZooKeeper: both tables are views of one map with one entry per watched path,
-holding the tree watch's callbacks in one object every such path shares, keyed by the
-caller's path (the namespace cut off), the same ``str`` the watch keeps, and still so after
-the connection drops and kazoo builds its tables anew; the watch goes on reporting changes
-throughout."""
+against a real ZooKeeper: both tables are views of one map, which a tree watch follows, so
+its paths hold no entry and answer with its callbacks; other watches' entries are one per
+path, holding their callbacks in one object every such path shares, keyed by the caller's
+path (the namespace cut off); still so after the connection drops and kazoo builds its
+tables anew; the watch goes on reporting changes throughout."""
 
 from __future__ import annotations
 
@@ -20,8 +20,15 @@ from kazoo.client import KazooClient
 import registry
 from registry.backends.zookeeper import ZooKeeperRegistry
 from registry.backends.zookeeper_watch import TreeWatcher
-from registry.backends.zookeeper_watchers import _tables, _WatcherStore, compact_watcher_tables
-from registry.protocol import Event, SessionState
+from registry.backends.zookeeper_watchers import (
+    _tables,
+    _WatcherStore,
+    compact_watcher_tables,
+    follow,
+    unfollow,
+)
+from registry.errors import RegistryConnectionError
+from registry.protocol import Event, EventKind, SessionState
 from tests.servers.proxy import TCPProxy
 from tests.waiting import wait_for
 
@@ -33,10 +40,10 @@ def _tables_of(reg: ZooKeeperRegistry) -> tuple[Any, Any]:
 
 
 def _assert_compact(reg: ZooKeeperRegistry, watched: list[str]) -> None:
-    """Both tables are views of one map, not kazoo's ``defaultdict(set)``; every watched
-    node (the watch names no leaves: each has a data and a child watch) is one entry,
-    keyed by the interned caller's path, holding the tree watch's two callbacks in the one
-    object all of them share."""
+    """Both tables are views of one map, not kazoo's ``defaultdict(set)``, which the tree
+    watch follows: the map holds no entry for its paths, and every watched node (the watch
+    names no leaves: each has a data and a child watch) answers, as kazoo's view of its
+    server path, with the tree watch's two callbacks."""
     data, child = _tables_of(reg)
     assert type(data) is not defaultdict and type(child) is not defaultdict
     store = data.store
@@ -44,16 +51,13 @@ def _assert_compact(reg: ZooKeeperRegistry, watched: list[str]) -> None:
     assert reg._ns.prefix
     (watcher,) = [registration.backend_state for registration in reg._watches]
     assert isinstance(watcher, TreeWatcher)
+    assert store.followers == (watcher,)
+    assert dict(store) == {}, "no entry for a followed path"
     for path in watched:
-        slots = store.get(path)
-        assert slots is not None and slots.data is watcher.data_callback, (path, slots)
-        assert slots.child is watcher.child_callback, path
-        key = next(k for k in dict.keys(store) if k == path)
-        assert key is sys.intern(path), path
-        assert next(k for k in watcher._known if k == path) is key  # the tree watch's one copy
-        assert reg._ns.prefix + path in data and reg._ns.prefix + path in set(data)  # kazoo's view
-        assert reg._ns.prefix + path in child
-    assert len({id(store.get(path)) for path in watched}) == 1, "one object, shared"
+        served = reg._ns.prefix + path
+        assert served in data and served in set(data) and served in child  # kazoo's view
+        assert list(data[served]) == [watcher.data_callback], path
+        assert list(child[served]) == [watcher.child_callback], path
     assert not [p for p in watcher._known if p.startswith(reg._ns.prefix)]  # no server path kept
 
 
@@ -105,6 +109,20 @@ def test_the_tables_stay_compact_across_a_dropped_connection(proxy: TCPProxy) ->
             message=lambda: str(events[-5:]),
         )
         _assert_compact(reg, [*watched, "/job/servers/c"])
+
+        # a node deleted: its watches fired and are not armed again, and the tree watch
+        # keeps no mark of them once it has reported the deletion
+        reg.delete("/job/servers/c")
+        store = _tables_of(reg)[0].store
+        wait_for(
+            lambda: (
+                any(e.path == "/job/servers/c" and e.kind is EventKind.DELETED for e in list(events))
+                and not any(keys for fired in store._fired.values() for keys in fired)
+            ),
+            10,
+            message=lambda: f"{events[-3:]} marks {store._fired}",
+        )
+        _assert_compact(reg, watched)
     finally:
         reg.close()
 
@@ -231,3 +249,113 @@ def test_a_table_keys_the_callers_paths_and_shows_kazoo_the_servers() -> None:
     assert set(dict.keys(table.store)) == {"/", "/job/config", "\x00/nsx/a", "\x00/other"}
     assert table.pop("/ns/job/config") == [callback] and table.pop("/nsx/a") == [callback]
     assert sorted(table) == ["/ns", "/other"]
+
+
+class _Follower:
+    """A tree watch as the map sees it: two callbacks, the paths below ``/job`` it covers
+    (``/job/leaf`` a leaf: no child watch), and the ones it has armed so far."""
+
+    def __init__(self) -> None:
+        self.armed = ["/job", "/job/a"]
+        self.data_callback = self._on_data
+        self.child_callback = self._on_child
+
+    def _on_data(self, _: object) -> None: ...
+
+    def _on_child(self, _: object) -> None: ...
+
+    def follows(self, key: str, child: bool) -> bool:
+        return (key == "/job" or key.startswith("/job/")) and not (child and key == "/job/leaf")
+
+    def followed(self, child: bool) -> list[str]:
+        return self.armed
+
+
+def test_a_followers_paths_hold_no_entry_and_answer_with_its_callbacks() -> None:
+    def other(_: object) -> None: ...
+
+    tree = _Follower()
+    data, child = _tables("/ns", [], [], (tree,))
+    store = data.store
+    for path in ("/ns/job", "/ns/job/a", "/ns/job/leaf"):
+        data[path].add(tree.data_callback)  # what the tree watch's re-arm does
+    child["/ns/job"].add(tree.child_callback)
+    assert dict(store) == {}, "nothing stored for the follower"
+    # what kazoo sees: the follower's callbacks wherever it follows, none elsewhere
+    assert list(data["/ns/job/b"]) == [tree.data_callback] and "/ns/job/b" in data
+    assert list(child["/ns/job/leaf"]) == [] and "/ns/job/leaf" not in child
+    assert "/ns/other" not in data and "/other" not in data and data.get("/ns/other") is None
+    assert sorted(data) == ["/ns/job", "/ns/job/a"] == sorted(child)  # listed: what it armed
+    # another watch on a followed path is stored, and fires beside the follower
+    data["/ns/job/a"].add(other)
+    assert set(dict(store)) == {"/job/a"}
+    assert data.pop("/ns/job/a", []) == [other, tree.data_callback]
+    assert dict(store) == {} and data.pop("/ns/job/a", []) == []  # fired: one-shot
+    # unfollowed: its paths answer with what is stored, nothing here
+    with store._lock:
+        store.unfollow(tree)
+    assert data.pop("/ns/job", []) == [] and list(data) == [] and "/ns/job/b" not in data
+
+
+def test_a_followed_watch_fires_once_until_the_follower_arms_it_again() -> None:
+    """A watch is one-shot, and so is a followed path's: kazoo pops it when it fires, and it
+    answers as unarmed for the follower until the follower arms it again. A change, a
+    deletion and a creation of a node in one transaction fire its data watch, then its
+    child watch with NodeDeleted, which kazoo pops from both tables: the data callback must
+    not run a second time (it would read the node again and report it made twice)."""
+
+    def other(_: object) -> None: ...
+
+    tree = _Follower()
+    data, child = _tables("/ns", [], [], (tree,))
+    store = data.store
+    assert data.pop("/ns/job/a", []) == [tree.data_callback]  # NodeDataChanged
+    assert data.pop("/ns/job/a", []) == [] and child.pop("/ns/job/a", []) == [tree.child_callback]
+    assert "/ns/job/a" not in data and "/ns/job/a" not in child and list(data["/ns/job/a"]) == []
+    assert sorted(data) == ["/ns/job"] == sorted(child)  # listed: what is armed now
+    assert list(data["/ns/job"]) == [tree.data_callback]  # other paths as they were
+    data["/ns/job/a"].add(other)  # another watch's: it alone fires
+    assert data.pop("/ns/job/a", []) == [other]
+    data["/ns/job/a"].add(tree.data_callback)  # the follower's read arms it again
+    assert dict(store) == {} and list(data["/ns/job/a"]) == [tree.data_callback]
+    assert data.pop("/ns/job/a", []) == [tree.data_callback] and data.pop("/ns/job/a", []) == []
+    # the follower reported the node deleted: no mark is kept for it, and its path answers
+    # again as one it follows (only an event another watch armed could reach it there)
+    with store._lock:
+        store.released(tree, "/job/a")
+    assert store._fired[id(tree)] == (set(), set())
+    assert list(data["/ns/job/a"]) == [tree.data_callback] == list(data["/ns/job/b"])
+
+
+def test_a_reset_hands_the_followers_to_the_new_map() -> None:
+    """kazoo builds its tables anew at a connection loss; the views are installed again,
+    following the watches the old map followed."""
+    client = KazooClient(hosts="127.0.0.1:1")
+    assert compact_watcher_tables(client, "/ns")
+    tree = _Follower()
+    assert follow(client, tree)
+    old = client._data_watchers.store
+    client._reset_watchers()
+    new = client._data_watchers.store
+    assert new is not old and new.followers == (tree,) and client._child_watchers.store is new
+    assert list(client._data_watchers["/ns/job/a"]) == [tree.data_callback]
+    unfollow(client, tree)
+    assert new.followers == () and "/ns/job/a" not in client._data_watchers
+
+
+def test_a_watch_that_could_not_start_leaves_no_follower(proxy: TCPProxy) -> None:
+    """A tree watch follows the tables from its making; one whose start failed (no
+    connection within the connect timeout) stops following them."""
+    reg = registry.connect(
+        f"zk://{proxy.address}/zkwatchers{uuid.uuid4().hex[:10]}?session_timeout=20&connect_timeout=1"
+    )
+    assert isinstance(reg, ZooKeeperRegistry)
+    try:
+        proxy.cut()
+        wait_for(lambda: reg.state is SessionState.SUSPENDED, 20, message=lambda: str(reg.state))
+        with pytest.raises(RegistryConnectionError):
+            reg.watch("/job", lambda event: None, initial=True)
+        wait_for(lambda: _tables_of(reg)[0].store.followers == (), 10, message="a failed watch still follows")
+    finally:
+        proxy.restore()
+        reg.close()
