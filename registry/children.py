@@ -1,5 +1,4 @@
-"""Children by parent, for the maps that mirror a tree (the cache, the memory store, a
-ZooKeeper tree watch).
+"""Children by parent, for the maps that mirror a tree (the cache, the memory store).
 
 Invariant: a parent is in the index exactly while it has at least one child, and its
 children are kept in the order they were added, in the smallest shape that holds them:
@@ -12,8 +11,8 @@ children are kept in the order they were added, in the smallest shape that holds
   around the bound would convert on every change).
 
 A job's parents have one, two or six children each. A dict of two is 184 bytes and one of
-six 272, where tuples of them are 56 and 88: about 300 bytes a job in each of the two
-such maps a process holds (the cache, and the memory store or a ZooKeeper tree watch).
+six 272, where tuples of them are 56 and 88: about 300 bytes a job in each such map a
+process holds (the cache, and on the memory backend its store).
 Tuples of strings also drop out of the garbage collector's lists, where a dict stays.
 Paths are keyed by ``shared(path)``.
 

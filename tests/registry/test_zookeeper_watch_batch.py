@@ -19,23 +19,31 @@ from tests.contract import PROMPT, EventLog
 from tests.waiting import wait_for
 
 
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The path of every notification a tree watch queues, in order."""
+    paths: list[str] = []
+    enqueue = TreeWatcher._enqueue
+
+    def counting_enqueue(self: TreeWatcher, child: bool, event_type: Any, path: str) -> None:
+        paths.append(path)
+        enqueue(self, child, event_type, path)
+
+    monkeypatch.setattr(TreeWatcher, "_enqueue", counting_enqueue)
+    return paths
+
+
 def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
-    zk_server: Any, monkeypatch: pytest.MonkeyPatch
+    zk_server: Any, monkeypatch: pytest.MonkeyPatch, enqueued: list[str]
 ) -> None:
     batches: list[int] = []
-    enqueued: list[str] = []
-    handle, enqueue = TreeWatcher._handle, TreeWatcher._enqueue
+    handle = TreeWatcher._handle
 
     def counting_handle(self: TreeWatcher, events: list[tuple[bool, Any, str]]) -> None:
         batches.append(len(events))
         handle(self, events)
 
-    def counting_enqueue(self: TreeWatcher, child: bool, event_type: Any, path: str) -> None:
-        enqueued.append(path)
-        enqueue(self, child, event_type, path)
-
     monkeypatch.setattr(TreeWatcher, "_handle", counting_handle)
-    monkeypatch.setattr(TreeWatcher, "_enqueue", counting_enqueue)
     namespace = "/batch" + uuid.uuid4().hex[:10]
     reg = registry.connect(f"zk://{zk_server.address}{namespace}")
     writer = registry.connect(f"zk://{zk_server.address}{namespace}")
@@ -136,6 +144,43 @@ def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(zk_
         assert [e.kind for e in log.of("/w/n")] == [EventKind.DELETED]
         writer.put("/w/n", b"b")
         log.wait(EventKind.CREATED, "/w/n", b"b")
+    finally:
+        gate.set()
+        writer.close()
+        reg.close()
+
+
+def test_a_parent_its_read_finds_gone_is_reported_deleted_after_its_child(
+    zk_server: Any, enqueued: list[str]
+) -> None:
+    """A parent's data changes, then its child and the parent are deleted, all while the
+    worker is busy: the parent's read, in the batch ahead of its child's own NodeDeleted,
+    finds it gone. The watch keeps no index of children, yet reports the known child
+    deleted before the parent (deepest first), and each once."""
+    namespace = "/gone" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    gate = threading.Event()
+    try:
+        assert isinstance(reg, ZooKeeperRegistry)
+        writer.put("/w/p/c", b"0")
+        log = EventLog()
+        reg.watch("/w", log, initial=True)
+        log.wait(EventKind.CREATED, "/w/p/c", b"0")
+
+        def hold() -> None:
+            gate.wait(PROMPT)
+
+        reg._worker.submit(hold)  # the worker is busy until the gate opens
+        writer.put("/w/p", b"changed")  # the parent's data watch fires: read once handled
+        writer.delete("/w/p")  # the child's NodeDeleted, then the parent's, queued behind it
+        wait_for(lambda: {"/w/p", "/w/p/c", "/w"} <= set(enqueued), PROMPT, message=lambda: str(enqueued))
+        gate.set()
+        log.wait(EventKind.DELETED, "/w/p")
+        assert reg.flush_events(PROMPT)
+        deleted = [e.path for e in log.events if e.kind is EventKind.DELETED]
+        assert deleted == ["/w/p/c", "/w/p"]
+        assert enqueued.index("/w/p") < enqueued.index("/w/p/c")  # the read came first
     finally:
         gate.set()
         writer.close()
