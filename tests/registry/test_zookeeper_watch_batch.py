@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +18,20 @@ from registry.backends.zookeeper_watch import TreeWatcher
 from registry.protocol import EventKind
 from tests.contract import PROMPT, EventLog
 from tests.waiting import wait_for
+
+
+@pytest.fixture
+def zk_pair(zk_server: Any) -> Iterator[tuple[ZooKeeperRegistry, ZooKeeperRegistry]]:
+    """A registry to watch with and another to write with, in a fresh namespace."""
+    namespace = "/batch" + uuid.uuid4().hex[:10]
+    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
+    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    try:
+        assert isinstance(reg, ZooKeeperRegistry) and isinstance(writer, ZooKeeperRegistry)
+        yield reg, writer
+    finally:
+        writer.close()
+        reg.close()
 
 
 @pytest.fixture
@@ -34,8 +49,9 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
-    zk_server: Any, monkeypatch: pytest.MonkeyPatch, enqueued: list[str]
+    zk_pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], monkeypatch: pytest.MonkeyPatch, enqueued: list[str]
 ) -> None:
+    reg, writer = zk_pair
     batches: list[int] = []
     handle = TreeWatcher._handle
 
@@ -44,12 +60,8 @@ def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
         handle(self, events)
 
     monkeypatch.setattr(TreeWatcher, "_handle", counting_handle)
-    namespace = "/batch" + uuid.uuid4().hex[:10]
-    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
-    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
     gate = threading.Event()
     try:
-        assert isinstance(reg, ZooKeeperRegistry)
         parents = [f"/w/p{i}" for i in range(20)]
         for parent in parents:
             writer.put(f"{parent}/old", b"0")
@@ -76,55 +88,46 @@ def test_notifications_queued_while_the_worker_is_busy_are_handled_as_one_batch(
         )
     finally:
         gate.set()
-        writer.close()
-        reg.close()
 
 
 def test_a_node_changed_then_made_again_before_its_read_is_reported_deleted_and_created(
-    zk_server: Any,
+    zk_pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
 ) -> None:
     """One transaction changes a watched node, deletes it and creates it again: its data
     watch fires once, for the change, and the read it sets off finds the new node at
     version 0, the version last reported. Its creation zxid, folded into the stamp the
     watch keeps, tells the two apart: DELETED then CREATED, never a dropped duplicate."""
-    namespace = "/again" + uuid.uuid4().hex[:10]
-    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
-    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
-    try:
-        assert isinstance(writer, ZooKeeperRegistry)
-        writer.put("/w/n", b"a")
-        log = EventLog()
-        reg.watch("/w", log, initial=True)
-        log.wait(EventKind.CREATED, "/w/n", b"a")
-        client = writer._io.client
-        multi = client.transaction()
-        multi.set_data(f"{namespace}/w/n", b"x")
-        multi.delete(f"{namespace}/w/n")
-        multi.create(f"{namespace}/w/n", b"b")
-        assert not any(isinstance(result, Exception) for result in multi.commit())
-        created = log.wait(EventKind.CREATED, "/w/n", b"b")
-        assert created.version == 0
-        kinds = [(e.kind, e.value) for e in log.of("/w/n")]
-        assert kinds == [(EventKind.CREATED, b"a"), (EventKind.DELETED, None), (EventKind.CREATED, b"b")]
-        assert reg.flush_events(PROMPT)
-        assert len(log.of("/w/n")) == 3  # and nothing after
-    finally:
-        reg.close()
-        writer.close()
+    reg, writer = zk_pair
+    namespace = writer._ns.prefix
+    writer.put("/w/n", b"a")
+    log = EventLog()
+    reg.watch("/w", log, initial=True)
+    log.wait(EventKind.CREATED, "/w/n", b"a")
+    client = writer._io.client
+    multi = client.transaction()
+    multi.set_data(f"{namespace}/w/n", b"x")
+    multi.delete(f"{namespace}/w/n")
+    multi.create(f"{namespace}/w/n", b"b")
+    assert not any(isinstance(result, Exception) for result in multi.commit())
+    created = log.wait(EventKind.CREATED, "/w/n", b"b")
+    assert created.version == 0
+    kinds = [(e.kind, e.value) for e in log.of("/w/n")]
+    assert kinds == [(EventKind.CREATED, b"a"), (EventKind.DELETED, None), (EventKind.CREATED, b"b")]
+    assert reg.flush_events(PROMPT)
+    assert len(log.of("/w/n")) == 3  # and nothing after
 
 
-def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(zk_server: Any) -> None:
+def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(
+    zk_pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry],
+) -> None:
     """A watch of an absent node hears of its creation by an exists watch, and reads it
     afterwards: one deleted before that read was never reported at all, so a watch of one
     node (a ``LeaderElection``'s of its leader node) missed that it went. It is reported
     DELETED, never CREATED (what it held went with it), and the watch goes on: a later
     creation is reported as any."""
-    namespace = "/came" + uuid.uuid4().hex[:10]
-    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
-    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    reg, writer = zk_pair
     gate = threading.Event()
     try:
-        assert isinstance(reg, ZooKeeperRegistry)
         log = EventLog()
         reg.watch("/w/n", log)
         assert reg.flush_events(PROMPT)
@@ -134,7 +137,7 @@ def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(zk_
 
         reg._worker.submit(hold)  # the worker is busy: the read waits for the gate
         fired = threading.Event()
-        spy = reg._io.client.exists(f"{namespace}/w/n", watch=lambda _: fired.set())
+        spy = reg._io.client.exists(f"{reg._ns.prefix}/w/n", watch=lambda _: fired.set())
         assert spy is None
         writer.put("/w/n", b"a")
         assert fired.wait(PROMPT)  # the server has told the exists watches of the creation
@@ -146,23 +149,18 @@ def test_an_absent_root_made_and_deleted_before_its_read_is_reported_deleted(zk_
         log.wait(EventKind.CREATED, "/w/n", b"b")
     finally:
         gate.set()
-        writer.close()
-        reg.close()
 
 
 def test_a_parent_its_read_finds_gone_is_reported_deleted_after_its_child(
-    zk_server: Any, enqueued: list[str]
+    zk_pair: tuple[ZooKeeperRegistry, ZooKeeperRegistry], enqueued: list[str]
 ) -> None:
     """A parent's data changes, then its child and the parent are deleted, all while the
     worker is busy: the parent's read, in the batch ahead of its child's own NodeDeleted,
     finds it gone. The watch keeps no index of children, yet reports the known child
     deleted before the parent (deepest first), and each once."""
-    namespace = "/gone" + uuid.uuid4().hex[:10]
-    reg = registry.connect(f"zk://{zk_server.address}{namespace}")
-    writer = registry.connect(f"zk://{zk_server.address}{namespace}")
+    reg, writer = zk_pair
     gate = threading.Event()
     try:
-        assert isinstance(reg, ZooKeeperRegistry)
         writer.put("/w/p/c", b"0")
         log = EventLog()
         reg.watch("/w", log, initial=True)
@@ -183,5 +181,3 @@ def test_a_parent_its_read_finds_gone_is_reported_deleted_after_its_child(
         assert enqueued.index("/w/p") < enqueued.index("/w/p/c")  # the read came first
     finally:
         gate.set()
-        writer.close()
-        reg.close()
